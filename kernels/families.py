@@ -1,0 +1,45 @@
+"""Registers the kernel families that are present (``kernels/<family>/``) and the ``auto`` dispatcher."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .cases import FAMILIES, Case
+from .registry import Unsupported, Variant, _REGISTRY, get_variant, register
+from .weights import Weights
+
+for _fam in FAMILIES:
+    try:
+        importlib.import_module(f"{__package__}.{_fam}")
+    except ModuleNotFoundError as e:  # the family has not landed yet; a broken import still raises
+        if e.name != f"{__package__}.{_fam}":
+            raise
+
+DEFAULT_ROUTE = {"seqres": "seqres", "dag": "dag", "hybrid": "hybrid"}
+
+
+@dataclass
+class AutoPrepared:
+    variant: Variant
+    inner: Any
+
+
+def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, **per_variant) -> AutoPrepared:
+    """Route ``case.family`` to a variant (``route`` maps family -> variant name); ``per_variant[name]``
+    holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra)."""
+    name = dict(DEFAULT_ROUTE, **(route or {}))[case.family]
+    if name not in _REGISTRY:
+        raise Unsupported(f"auto routes family {case.family!r} to {name!r}, which is not registered")
+    v = get_variant(name)
+    return AutoPrepared(v, v.prepare(case, weights, **dict(per_variant.get(name) or {})))
+
+
+def _run_auto(p: AutoPrepared, x: torch.Tensor) -> torch.Tensor:
+    return p.variant.run(p.inner, x)
+
+
+register(Variant("auto", _prepare_auto, _run_auto, kind="ours",
+                 description="per-case dispatch to the family that SPEC §3 names", families=FAMILIES))

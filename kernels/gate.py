@@ -1,0 +1,61 @@
+"""The numerical gate of SPEC §4: one function, used by pytest and by the correctness stage alike."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+ATOL = 0.002
+RTOL = 0.02
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    max_abs: float        # max |out - ref| (inf when shapes differ or out has NaN/Inf)
+    max_rel: float        # max |out - ref| / |ref| over elements with |ref| > atol
+    frac_failing: float   # fraction of elements outside both tolerances
+    worst_index: list[int] | None  # index of the element furthest outside its tolerance
+    max_over_tol: float   # max |out - ref| / max(atol, rtol * |ref|); <= 1 passes
+    reason: str = ""      # why it failed, in words ("" when passed)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _fail(reason: str) -> GateResult:
+    inf = float("inf")
+    return GateResult(False, inf, inf, 1.0, None, inf, reason)
+
+
+def gate(out: torch.Tensor, ref: torch.Tensor, atol: float = ATOL, rtol: float = RTOL) -> GateResult:
+    """Pass iff same shape and dtype, all finite, and every element has |d| <= atol OR |d| <= rtol*|ref|."""
+    if not isinstance(out, torch.Tensor):
+        return _fail(f"output is {type(out).__name__}, not a tensor")
+    if out.shape != ref.shape:
+        return _fail(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return _fail(f"dtype {out.dtype} != reference {ref.dtype}")
+    o = out.detach().to(ref.device, torch.float64)
+    r = ref.detach().to(torch.float64)
+    finite = torch.isfinite(o)
+    n_bad = int((~finite).sum())
+    if n_bad:
+        idx = torch.nonzero(~finite)[0].tolist()
+        return GateResult(False, float("inf"), float("inf"), n_bad / o.numel(), idx, float("inf"),
+                          f"{n_bad} non-finite output elements")
+    d = (o - r).abs()
+    tol = torch.clamp(rtol * r.abs(), min=atol)
+    over = d / tol
+    ok = (d <= atol) | (d <= rtol * r.abs())
+    n_fail = int((~ok).sum())
+    flat_worst = int(torch.argmax(over))
+    worst = list(torch.unravel_index(torch.tensor(flat_worst), o.shape))
+    big = r.abs() > atol
+    max_rel = float((d[big] / r.abs()[big]).max()) if bool(big.any()) else 0.0
+    res = GateResult(
+        passed=n_fail == 0, max_abs=float(d.max()) if d.numel() else 0.0, max_rel=max_rel,
+        frac_failing=n_fail / max(1, o.numel()), worst_index=[int(i) for i in worst],
+        max_over_tol=float(over.max()) if over.numel() else 0.0,
+        reason="" if n_fail == 0 else f"{n_fail} elements outside tolerance")
+    return res
