@@ -1,0 +1,177 @@
+"""Timing stage: SPEC §6 protocol, the same for every variant.
+
+Inputs and prepared weights resident on the device; warm-up of at least ``warmup_calls`` calls and
+``warmup_ms``; L2 flushed before each timed call; CUDA events around the call only; ``reps`` timed
+calls; median with p20/p80. The anchor peer is timed in the same process, interleaved call by call,
+so a report can quote same-process ratios. Inputs rotate so no call can reuse an earlier result.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from .common import log, sync
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(times_ms: list[float]) -> dict:
+    return {"median_ms": statistics.median(times_ms), "p20_ms": _quantile(times_ms, 0.2),
+            "p80_ms": _quantile(times_ms, 0.8), "min_ms": min(times_ms), "n": len(times_ms)}
+
+
+class Timer:
+    """One timed call: flush L2, record events around the call only (CPU: perf_counter)."""
+
+    def __init__(self, device, flush_mb: int):
+        self.device = device
+        self.flush = torch.empty(flush_mb << 20, dtype=torch.int8, device=device) \
+            if device.type == "cuda" and flush_mb > 0 else None
+
+    def __call__(self, fn: Callable, x) -> tuple[float | tuple, torch.Tensor]:
+        if self.flush is not None:
+            self.flush.zero_()
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            y = fn(x)
+            end.record()
+            return (start, end), y
+        t0 = time.perf_counter()
+        y = fn(x)
+        return (time.perf_counter() - t0) * 1e3, y
+
+    @staticmethod
+    def elapsed(t) -> float:
+        return t[0].elapsed_time(t[1]) if isinstance(t, tuple) else t
+
+
+def warm_up(fn: Callable, xs: list, device, min_calls: int, min_ms: float) -> dict:
+    """Call until at least ``min_calls`` calls and ``min_ms`` of wall time have passed."""
+    calls, t0 = 0, time.perf_counter()
+    while calls < min_calls or (time.perf_counter() - t0) * 1e3 < min_ms:
+        fn(xs[calls % len(xs)])
+        calls += 1
+        if calls % 10 == 0:
+            sync(device)
+    sync(device)
+    return {"calls": calls, "ms": (time.perf_counter() - t0) * 1e3}
+
+
+def host_wall_ms(fn: Callable, xs: list, device, reps: int) -> float:
+    """Median host time per call with a device-wide sync after each: sees work hidden on side streams."""
+    ts = []
+    for i in range(reps):
+        sync(device)
+        t0 = time.perf_counter()
+        fn(xs[i % len(xs)])
+        sync(device)
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def time_interleaved(fns: dict[str, Callable], reps: dict[str, int], xs: list, device, flush_mb: int):
+    """Time each callable ``reps[name]`` times, interleaved call by call, alternating which goes first.
+    Returns ({name: [ms...]}, {name: last output}, {name: index of the input of the last output})."""
+    timer = Timer(device, flush_mb)
+    events = {k: [] for k in fns}
+    last, last_i = {}, {}
+    names = list(fns)
+    n = max(reps.values())
+    t0 = time.time()
+    for i in range(n):
+        order = names if i % 2 == 0 else names[::-1]
+        for name in order:
+            if i >= reps[name]:
+                continue
+            xi = (i + names.index(name)) % len(xs)
+            t, y = timer(fns[name], xs[xi])
+            events[name].append(t)
+            last[name], last_i[name] = y, xi
+        if (i + 1) % max(1, n // 5) == 0:
+            log(f"  timed {i + 1}/{n} calls [{time.time() - t0:.1f}s]")
+    sync(device)
+    return {k: [Timer.elapsed(t) for t in v] for k, v in events.items()}, last, last_i
+
+
+def job(ctx) -> dict:
+    """The timing job for one case x variant (``ctx``: workflow.run.JobContext)."""
+    from kernels import gate, get_variant, make_input, reference_forward
+    from .common import read_clocks
+    cfg, tc, device, case = ctx.cfg, ctx.cfg.timing, ctx.device, ctx.case
+    xs = [make_input(case, float(tc.input_scale), int(tc.input_seed) + i, device=device)
+          for i in range(int(tc.rotate_inputs))]
+    fns = {"variant": lambda x: ctx.variant.run(ctx.prepared, x)}
+    reps = {"variant": int(tc.reps)}
+    anchor_name = tc.anchor
+    anchor_result = None
+    if anchor_name and anchor_name != ctx.variant_impl:
+        av = get_variant(anchor_name)
+        try:
+            ap = av.prepare(case, ctx.weights)
+            fns["anchor"] = lambda x: av.run(ap, x)
+            reps["anchor"] = int(tc.anchor_reps)
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:  # the anchor cannot run here
+            anchor_result = {"name": anchor_name, "status": "error", "reason": str(e)[:500]}
+    clocks_before = read_clocks()
+    warm = {}
+    for name, fn in fns.items():
+        log(f"warm-up {name} ({'anchor ' + anchor_name if name == 'anchor' else ctx.variant.name})")
+        warm[name] = warm_up(fn, xs, device, int(tc.warmup_calls), float(tc.warmup_ms))
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    log(f"timing {reps} calls, interleaved, L2 flush {tc.flush_l2_mb} MB")
+    times, last, last_i = time_interleaved(fns, reps, xs, device, int(tc.flush_l2_mb))
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    clocks_after = read_clocks()
+    stats = summarize(times["variant"])
+    # a variant that hides work on a side stream looks fast to events on the current stream
+    wall = host_wall_ms(fns["variant"], xs, device, min(10, int(tc.reps)))
+    flags = []
+    if device.type == "cuda" and stats["median_ms"] < float(tc.wall_ratio_bound) * wall - 0.05:
+        flags.append(f"event median {stats['median_ms']:.3f} ms << host wall {wall:.3f} ms per call: "
+                     "work outside the current stream?")
+    drift = None
+    if clocks_before and clocks_after and clocks_before.get("sm_mhz") and clocks_after.get("sm_mhz"):
+        drift = abs(clocks_after["sm_mhz"] - clocks_before["sm_mhz"])
+        if drift > float(tc.clock_drift_mhz):
+            flags.append(f"SM clock moved {drift:.0f} MHz during the run (bound {tc.clock_drift_mhz})")
+    # the timed output, checked once more against the reference of its own input
+    ref = reference_forward(case, ctx.weights, xs[last_i["variant"]])
+    post = gate(last["variant"], ref, float(cfg.gate.atol), float(cfg.gate.rtol)).to_dict()
+    if "anchor" in times:
+        a = summarize(times["anchor"])
+        anchor_result = {"name": anchor_name, "status": "ok", **a, "warmup": warm["anchor"]}
+    elif anchor_name == ctx.variant_impl:
+        anchor_result = {"name": anchor_name, "status": "self", **stats}
+    ratio = stats["median_ms"] / anchor_result["median_ms"] if anchor_result and "median_ms" in anchor_result else None
+    sec = stats["median_ms"] / 1e3
+    return {
+        **stats,
+        "times_ms": times["variant"],
+        "warmup": warm["variant"],
+        "anchor": anchor_result,
+        "anchor_ratio": ratio,
+        "host_wall_ms": wall,
+        "post_check": post,
+        "passed_post_check": post["passed"],
+        "peak_bytes": peak,
+        "tflops": case.flops / sec / 1e12,
+        "gbps": case.min_bytes / sec / 1e9,
+        "clocks_before": clocks_before,
+        "clocks_after": clocks_after,
+        "clock_drift_mhz": drift,
+        "flags": flags,
+        "protocol": {k: tc[k] for k in tc},
+    }
