@@ -11,12 +11,16 @@ from .cases import FAMILIES, Case
 from .registry import Unsupported, Variant, _REGISTRY, get_variant, register
 from .weights import Weights
 
+IMPORT_ERRORS: dict[str, str] = {}  # family -> why it failed to import (tests assert this stays empty)
+
 for _fam in FAMILIES:
     try:
         importlib.import_module(f"{__package__}.{_fam}")
-    except ModuleNotFoundError as e:  # the family has not landed yet; a broken import still raises
-        if e.name != f"{__package__}.{_fam}":
-            raise
+    except ModuleNotFoundError as e:
+        if e.name != f"{__package__}.{_fam}":  # the family exists but needs something missing
+            IMPORT_ERRORS[_fam] = f"{type(e).__name__}: {e}"
+    except Exception as e:  # a broken family must not take the peers down with it; it is reported instead
+        IMPORT_ERRORS[_fam] = f"{type(e).__name__}: {e}"
 
 DEFAULT_ROUTE = {"seqres": "seqres", "dag": "dag", "hybrid": "hybrid"}
 
@@ -32,7 +36,8 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, **per
     holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra)."""
     name = dict(DEFAULT_ROUTE, **(route or {}))[case.family]
     if name not in _REGISTRY:
-        raise Unsupported(f"auto routes family {case.family!r} to {name!r}, which is not registered")
+        why = IMPORT_ERRORS.get(name, "not registered")
+        raise Unsupported(f"auto routes family {case.family!r} to {name!r}: {why}")
     v = get_variant(name)
     return AutoPrepared(v, v.prepare(case, weights, **dict(per_variant.get(name) or {})))
 

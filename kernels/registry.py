@@ -45,7 +45,9 @@ def get_variant(name: str) -> Variant:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown variant {name!r}; valid: {', '.join(list_variants())}") from None
+        from .families import IMPORT_ERRORS
+        hint = f" (family {name!r} failed to import: {IMPORT_ERRORS[name]})" if name in IMPORT_ERRORS else ""
+        raise KeyError(f"unknown variant {name!r}{hint}; valid: {', '.join(list_variants())}") from None
 
 
 def list_variants(kind: str | None = None) -> list[str]:
