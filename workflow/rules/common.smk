@@ -1,0 +1,368 @@
+# Helpers that read the config: the matrix (Hydra, config/matrix/*.yaml), GPU types (config/gpu/*.yaml),
+# user overrides, output paths. Rules reach config only through the functions defined here.
+#
+# Snakemake --config keys (all optional):
+#   matrix=auto|full|quick|smoke|<name>   config/matrix/<name>.yaml; auto = full on a machine with a GPU
+#                                         (stages on gpu=local), smoke on a CPU-only machine
+#   gpu=<type>                            one GPU type for every stage (e.g. gpu=h200 on a local H200)
+#   cases=[...] / variants=[...]          replace the matrix's case / variant selection
+#   ncu=true|false                        add / drop the ncu stage (default: the matrix's ncu_variants)
+#   overrides=[...]                       Hydra overrides for every job (results under outputs/tag/<tag>/)
+#   tag=<name>                            the tag of an override run (default: derived from the overrides)
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+REPO = Path(workflow.basedir)
+CONFIG_DIR = REPO / "config"
+STAGES = ("correctness", "timing", "ncu")
+# Chosen by the workflow for every job; an override may not select them.
+RESERVED_KEYS = {"stage", "case", "variant", "gpu", "out", "tag", "output_root", "matrix"}
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # kernels/ and workflow/ importable from the Snakefile
+
+
+# ---------------------------------------------------------------- Hydra
+
+
+def _hydra():
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name="snakemake")
+
+
+def compose(overrides):
+    """The job entry's config (config/config.yaml) composed with ``overrides``; Hydra's own errors."""
+    from hydra import compose as _compose
+
+    _hydra()
+    return _compose(config_name="config", overrides=list(overrides))
+
+
+def hydra_error(e: Exception) -> str:
+    msg = str(e).strip()
+    if e.__cause__ is not None and str(e.__cause__).strip() not in msg:
+        msg += f"\n  ({str(e.__cause__).strip()})"
+    return msg
+
+
+# ---------------------------------------------------------------- names from the config tree
+
+
+def config_names(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def _yaml(path: Path) -> dict:
+    import yaml
+
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+def case_names(smoke: bool) -> list[str]:
+    """Case configs (config/case/*.yaml), in file order, filtered by their ``smoke`` flag."""
+    return [n for n in config_names("case") if bool(_yaml(CONFIG_DIR / "case" / f"{n}.yaml").get("smoke")) == smoke]
+
+
+def variant_table() -> dict[str, dict]:
+    """Every variant config that the kernels registry can run: name -> {impl, kind, gated_peer}.
+
+    A config whose ``impl`` is not registered (its code has not landed) is left out with a warning."""
+    from kernels import get_variant, list_variants
+
+    registered = list_variants()
+    table, missing = {}, []
+    for name in config_names("variant"):
+        impl = _yaml(CONFIG_DIR / "variant" / f"{name}.yaml").get("impl", name)
+        if impl not in registered:
+            missing.append(f"{name} (impl {impl})")
+            continue
+        v = get_variant(impl)
+        table[name] = {"impl": impl, "kind": v.kind, "gated_peer": bool(v.gated_peer and v.kind == "peer")}
+    if missing:
+        print(f"workflow: warning: variant configs with no registered implementation, left out: "
+              f"{', '.join(missing)}", file=sys.stderr)
+    # peers first, in registry order (eager, eager_sdpa, nn, compile_...), then ours
+    order = {impl: i for i, impl in enumerate(registered)}
+    return dict(sorted(table.items(), key=lambda kv: (kv[1]["kind"] != "peer", order[kv[1]["impl"]], kv[0])))
+
+
+ALL_CASES = config_names("case")
+VARIANTS = variant_table()
+GPU_TYPES = config_names("gpu")
+
+
+# ---------------------------------------------------------------- the matrix
+
+
+def gpu_visible() -> bool:
+    """A CUDA GPU on this machine (nvidia-smi, else torch)?"""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    if shutil.which("nvidia-smi"):
+        try:
+            r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+            if r.returncode == 0 and "GPU" in r.stdout:
+                return True
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _as_list(value, what: str) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        s = value.strip()
+        if s.startswith("["):
+            import yaml
+
+            value = yaml.safe_load(s)
+        else:
+            return [x for x in re.split(r"[,\s]+", s) if x]
+    if not isinstance(value, (list, tuple)):
+        raise WorkflowError(f"config {what}: expected a list, got {value!r}")
+    return [str(x) for x in value]
+
+
+def expand_cases(sel) -> list[str]:
+    """``all`` (every full-size case) | ``smoke`` | a list of case names."""
+    if isinstance(sel, str) and sel in ("all", "full"):
+        return case_names(smoke=False)
+    if isinstance(sel, str) and sel == "smoke":
+        return case_names(smoke=True)
+    out = []
+    for c in _as_list(sel, "cases"):
+        if c in ("all", "full", "smoke"):
+            out += expand_cases(c)
+        elif c in ALL_CASES:
+            out.append(c)
+        else:
+            raise WorkflowError(f"unknown case {c!r} in the matrix; valid: {', '.join(ALL_CASES)} "
+                                "(or all | smoke)")
+    return list(dict.fromkeys(out))
+
+
+def expand_variants(sel) -> list[str]:
+    """``all`` | ``peers`` | ``ours`` | ``peers+ours`` | a list of variant config names (keywords allowed)."""
+    if isinstance(sel, str) and not sel.strip().startswith("["):
+        items = sel.split("+")
+    else:
+        items = _as_list(sel, "variants")
+    kinds = {"peers": "peer", "ours": "ours"}
+    out = []
+    for v in (x.strip() for x in items):
+        if v == "all":
+            out += list(VARIANTS)
+        elif v in kinds:
+            out += [n for n, t in VARIANTS.items() if t["kind"] == kinds[v]]
+        elif v in VARIANTS:
+            out.append(v)
+        else:
+            raise WorkflowError(f"unknown or unregistered variant {v!r} in the matrix; valid: "
+                                f"{', '.join(VARIANTS)} (or all | peers | ours)")
+    return list(dict.fromkeys(out))
+
+
+def load_matrix(cfg: dict) -> dict:
+    """The run's matrix: Hydra composes config/matrix/<name>.yaml; --config keys then refine it."""
+    from omegaconf import OmegaConf
+
+    name = str(cfg.get("matrix", "auto"))
+    local_gpu = False
+    if name == "auto":
+        local_gpu = gpu_visible()
+        name = "full" if local_gpu else "smoke"
+    try:
+        m = OmegaConf.to_container(compose([f"+matrix={name}"]).matrix, resolve=True)
+    except Exception as e:  # Hydra names the valid matrices
+        raise WorkflowError(f"matrix={name}: {hydra_error(e)}") from None
+    stages = dict(m.get("stages") or {})
+    if cfg.get("gpu"):
+        stages = {s: str(cfg["gpu"]) for s in STAGES}
+    elif local_gpu:  # matrix=auto on a GPU machine: everything runs here
+        stages = {s: "local" for s in STAGES}
+    for s in STAGES:
+        if stages.get(s) not in GPU_TYPES:
+            raise WorkflowError(f"matrix {name}: stage {s} on unknown GPU type {stages.get(s)!r}; "
+                                f"valid: {', '.join(GPU_TYPES)} (config/gpu/*.yaml)")
+    cases = expand_cases(cfg["cases"] if "cases" in cfg else m.get("cases", "all"))
+    variants = expand_variants(cfg["variants"] if "variants" in cfg else m.get("variants", "all"))
+    ncu_variants = [v for v in expand_variants(m.get("ncu_variants") or []) if v in variants] \
+        if m.get("ncu_variants") else []
+    ncu = cfg.get("ncu", None)
+    if ncu is not None and str(ncu).lower() in ("false", "0", "no", "off"):
+        ncu_variants = []
+    elif ncu is not None and not ncu_variants:
+        ncu_variants = [v for v in ("auto",) if v in variants]
+    return {"name": name, "cases": cases, "variants": variants, "stages": stages,
+            "ncu_variants": ncu_variants}
+
+
+# ---------------------------------------------------------------- overrides and the tag
+
+
+def override_key(ov: str) -> str:
+    return ov.split("=", 1)[0].lstrip("+~").strip()
+
+
+def parse_overrides(value) -> list[str]:
+    """``--config overrides='["a=1","b=2"]'`` (a YAML list) or one override as a plain string."""
+    if value is None or value == "" or value == []:
+        return []
+    if isinstance(value, str):
+        if value.strip().startswith("["):
+            import yaml
+
+            value = yaml.safe_load(value)
+        else:
+            value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise WorkflowError(f"config overrides: expected a list of Hydra overrides, got {value!r}")
+    ovs = [str(o) for o in value]
+    for ov in ovs:
+        key = override_key(ov)
+        if "=" not in ov and not ov.startswith("~"):
+            raise WorkflowError(f"override {ov!r} is not key=value (Hydra syntax, e.g. variant.params.num_warps=4)")
+        if key in RESERVED_KEYS or key.startswith("hydra"):
+            raise WorkflowError(f"override {ov!r}: {key} is chosen by the workflow for every job; "
+                                "use --config cases=/variants=/gpu=/matrix= to select it")
+    return ovs
+
+
+def derive_tag(overrides: list[str]) -> str:
+    """A deterministic, path-safe tag for an override list: a readable slug + 8 hex of its hash."""
+    if not overrides:
+        return ""
+    digest = hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(o.split("=", 1)[0].split(".")[-1] + "-" + o.split("=", 1)[-1]
+                                                     for o in overrides)).strip("-._")[:40]
+    return f"{slug}-{digest}" if slug else digest
+
+
+def shell_args(args) -> str:
+    """Arguments quoted for the shell: metacharacters arrive literally in the job, never executed."""
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def validate_overrides(overrides: list[str], variants: list[str], cases: list[str], stages: dict) -> None:
+    """Compose every variant of the run with the overrides once, before any job: Hydra's message on failure."""
+    if not overrides:
+        return
+    case = cases[0] if cases else "smoke1"
+    for v in variants:
+        try:
+            compose([f"variant={v}", f"case={case}", f"gpu={stages['timing']}", *overrides])
+        except Exception as e:
+            raise WorkflowError(
+                f"override(s) {overrides} rejected for variant {v}:\n{hydra_error(e)}\n"
+                "An override that only some variants have (e.g. variant.params.num_warps) needs a run "
+                "restricted to them: --config variants='[seqres]'.") from None
+
+
+OVERRIDES = parse_overrides(config.get("overrides", []))
+TAG = str(config.get("tag") or derive_tag(OVERRIDES))
+if TAG and not TAG_RE.match(TAG):
+    raise WorkflowError(f"tag {TAG!r}: use letters, digits, '.', '_' and '-' (at most 64)")
+MATRIX = load_matrix(config)
+validate_overrides(OVERRIDES, MATRIX["variants"], MATRIX["cases"], MATRIX["stages"])
+RESULTS = f"outputs/tag/{TAG}/" if TAG else "outputs/"
+LOGS = f"{RESULTS}logs/"
+
+
+# ---------------------------------------------------------------- GPU types -> Slurm resources
+
+
+_GPU_CACHE = {}
+
+
+def gpu_config(gpu: str) -> dict:
+    """config/gpu/<gpu>.yaml composed with the run's overrides (gpu.ceilings.* and gpu.slurm.* included)."""
+    if gpu not in _GPU_CACHE:
+        from omegaconf import OmegaConf
+
+        gov = [o for o in OVERRIDES if override_key(o).startswith("gpu.")]
+        _GPU_CACHE[gpu] = OmegaConf.to_container(compose([f"gpu={gpu}", *gov]).gpu, resolve=True)
+    return _GPU_CACHE[gpu]
+
+
+def slurm(field: str, default=None):
+    """A resource function: ``gpu.slurm.<field>`` of the job's GPU type (None = not requested)."""
+
+    def get(wildcards):
+        v = gpu_config(wildcards.gpu)["slurm"].get(field)
+        return default if v is None else v
+
+    return get
+
+
+def job_threads(wildcards):
+    """A GPU job takes every local core, so a local run never times two GPU jobs at once
+    (on Slurm, cpus_per_task is what sbatch asks for)."""
+    return workflow.cores if gpu_config(wildcards.gpu)["device"] == "cuda" else 1
+
+
+# ---------------------------------------------------------------- paths
+
+
+def result(stage: str, gpu: str, case: str, variant: str) -> str:
+    return f"{RESULTS}{stage}/{gpu}/{case}/{variant}.json"
+
+
+def stage_results(stage: str, cases=None) -> list[str]:
+    if stage == "ncu" and not MATRIX["ncu_variants"]:
+        return []
+    variants = MATRIX["ncu_variants"] if stage == "ncu" else MATRIX["variants"]
+    return [result(stage, MATRIX["stages"][stage], c, v) for c in (cases or MATRIX["cases"]) for v in variants]
+
+
+REPORT_FILES = ["summary.csv", "report.md", "report.html", "speedup_bars.png", "time_per_case.png",
+                "error_heatmap.png", "roofline.png"]
+
+
+def report_dir(gpu: str) -> str:
+    return f"{RESULTS}report/{gpu}"
+
+
+def all_targets() -> list[str]:
+    out = stage_results("correctness") + stage_results("timing") + stage_results("ncu")
+    out += [f"{report_dir(MATRIX['stages']['timing'])}/{f}" for f in REPORT_FILES]
+    return out
+
+
+def case_targets(case: str) -> list[str]:
+    """Everything about one case: its correctness, timing (and ncu) results for the matrix's variants."""
+    return stage_results("correctness", [case]) + stage_results("timing", [case]) + stage_results("ncu", [case])
+
+
+def job_command(stage: str) -> str:
+    """The shell command of one stage job; wildcards/output/log are filled in by Snakemake."""
+    tag = f" tag={shlex.quote(TAG)}" if TAG else ""
+    return (f"{shlex.quote(sys.executable)} -m workflow.run stage={stage} case={{wildcards.case}} "
+            f"variant={{wildcards.variant}} gpu={{wildcards.gpu}} out={{output.json:q}}{tag} "
+            "{params.overrides} > {log:q} 2>&1")
+
+
+wildcard_constraints:
+    gpu="|".join(map(re.escape, GPU_TYPES)),
+    case="|".join(map(re.escape, ALL_CASES)),
+    variant="|".join(map(re.escape, config_names("variant"))),

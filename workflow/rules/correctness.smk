@@ -1,0 +1,21 @@
+# Correctness stage (SPEC §4): every scale x seed against the fp32 reference, on the correctness GPU type.
+# One job per case x variant; the job entry writes the JSON atomically (status ok|unsupported|oom|error).
+
+
+rule correctness:
+    output:
+        json=RESULTS + "correctness/{gpu}/{case}/{variant}.json",
+    log:
+        LOGS + "correctness/{gpu}/{case}/{variant}.log",
+    params:
+        overrides=shell_args(OVERRIDES),
+    threads: job_threads
+    resources:
+        slurm_partition=slurm("partition"),
+        gres=slurm("gres"),
+        constraint=slurm("constraint"),
+        runtime=slurm("runtime", 60),
+        mem_mb=slurm("mem_mb", 8000),
+        cpus_per_task=slurm("cpus_per_task", 1),
+    shell:
+        job_command("correctness")

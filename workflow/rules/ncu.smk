@@ -1,0 +1,22 @@
+# Nsight Compute stage: one prepared call after warm-up profiled (workflow/stages/ncu.py); the .ncu-rep
+# lands next to the JSON (its path is in the JSON: a variant that cannot run a case has no report).
+# One job per case x ncu variant (config/matrix: ncu_variants); the job entry writes the JSON atomically (status ok|unsupported|oom|error).
+
+
+rule ncu:
+    output:
+        json=RESULTS + "ncu/{gpu}/{case}/{variant}.json",
+    log:
+        LOGS + "ncu/{gpu}/{case}/{variant}.log",
+    params:
+        overrides=shell_args(OVERRIDES),
+    threads: job_threads
+    resources:
+        slurm_partition=slurm("partition"),
+        gres=slurm("gres"),
+        constraint=slurm("constraint"),
+        runtime=slurm("runtime", 60),
+        mem_mb=slurm("mem_mb", 8000),
+        cpus_per_task=slurm("cpus_per_task", 1),
+    shell:
+        job_command("ncu")
