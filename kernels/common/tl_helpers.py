@@ -23,3 +23,62 @@ def layernorm_rows(x, w, b, mask_d, D: tl.constexpr, EPS: tl.constexpr):
     var = tl.sum(xc * xc, axis=1) / D
     rstd = 1.0 / tl.sqrt(var + EPS)
     return xc * rstd[:, None] * w[None, :] + b[None, :]
+
+
+@triton.jit
+def layernorm_stats(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EPS: tl.constexpr, CACHE: tl.constexpr):
+    """Row statistics of a [BLOCK_M, D] fp32 block in global memory, read in BLOCK_K-wide chunks:
+    returns (mean, rstd), each [BLOCK_M], two-pass biased variance in fp32 as F.layer_norm.
+    Row r starts at ``x_ptr + offs_m[r] * stride_m``; rows with ``mask_m`` False read as zeros.
+    ``CACHE`` is the load cache modifier ("" or ".cg" when other CTAs wrote the block). (seqres)"""
+    acc = tl.zeros((BLOCK_M, BLOCK_K), tl.float32)
+    for k0 in range(0, D, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        m = mask_m[:, None] & (offs_k[None, :] < D)
+        acc += tl.load(x_ptr + offs_m[:, None] * stride_m + offs_k[None, :], mask=m, other=0.0,
+                       cache_modifier=CACHE)
+    mean = tl.sum(acc, axis=1) / D
+    acc = tl.zeros((BLOCK_M, BLOCK_K), tl.float32)
+    for k0 in range(0, D, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        m = mask_m[:, None] & (offs_k[None, :] < D)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_m + offs_k[None, :], mask=m, other=0.0,
+                    cache_modifier=CACHE)
+        xc = tl.where(m, x - mean[:, None], 0.0)
+        acc += xc * xc
+    var = tl.sum(acc, axis=1) / D
+    rstd = 1.0 / tl.sqrt(var + EPS)
+    return mean, rstd
+
+
+@triton.jit
+def group_barrier(flags_ptr, rank, target, err_ptr, R: tl.constexpr, BLOCK_R: tl.constexpr,
+                  SPIN_LIMIT: tl.constexpr):
+    """Barrier of the R co-resident CTAs that share ``flags_ptr[0:R]`` (int32, monotonic). (seqres)
+
+    This CTA publishes ``target`` on its own flag (release) and spins until every flag of the group
+    is >= ``target`` (acquire). Flags only grow, so one row of flags serves every barrier of every
+    launch when the host passes increasing targets. Every CTA of the group must be resident (the
+    caller checks grid <= co-resident CTAs); under TRITON_INTERPRET programs run one after another,
+    so only R == 1 is valid there. SPIN_LIMIT > 0 bounds the spin (debug): on timeout the barrier
+    writes ``target`` to ``err_ptr`` and goes on (the result is then wrong, but nothing hangs)."""
+    tl.debug_barrier()
+    tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")
+    offs = tl.arange(0, BLOCK_R)
+    mask = offs < R
+    seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire", scope="gpu"),
+                           target), axis=0)
+    if SPIN_LIMIT > 0:
+        tries = 0
+        while (seen < target) & (tries < SPIN_LIMIT):
+            seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire",
+                                                       scope="gpu"), target), axis=0)
+            tries += 1
+        if seen < target:
+            tl.atomic_xchg(err_ptr, target)
+    else:
+        while seen < target:
+            seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire",
+                                                       scope="gpu"), target), axis=0)
+    tl.debug_barrier()

@@ -1,0 +1,86 @@
+"""Compile the seqres kernel for sm_90 on a machine without a GPU (no launch): catches compile errors and
+reports registers / spills / shared memory before spending device time.
+
+    python -m kernels.seqres.aot_check 1 5 6 7 9 10 11 [--param block_m=128 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import time
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ..cases import load_case
+from .megakernel import _seqres_fwd
+
+_PTR_ARGS = 5 + 14 + 0  # x, y, a, qkv, f + 14 weight tensors
+
+
+def compile_case(case, params: dict, arch: int = 90):
+    """Compile for ``arch`` with the constexprs prepare() would pick (device-independent parts)."""
+    import torch  # noqa: F401
+    from .host import prepare_meta
+    meta, launch, _ = prepare_meta(case, n_sm=132, **params)
+    sig = {}
+    names = list(_seqres_fwd.arg_names)
+    for n in names:
+        if n in meta:
+            sig[n] = "constexpr"
+        elif n in ("flags_ptr", "err_ptr"):
+            sig[n] = "*i32"
+        elif n == "epoch":
+            sig[n] = "i32"
+        elif n == "qk_scale":
+            sig[n] = "fp32"
+        else:
+            sig[n] = "*fp32"
+    src = ASTSource(_seqres_fwd, sig, constexprs={(names.index(k),): v for k, v in meta.items()})
+    t = time.time()
+    k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                       options=dict(num_warps=launch["num_warps"], num_stages=launch["num_stages"]))
+    return k, time.time() - t, meta
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers per thread, spill store bytes) from ``ptxas -v`` on the kernel's PTX."""
+    import os
+    import subprocess
+    import tempfile
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(d, "k.cubin")],
+                             capture_output=True, text=True)
+    txt = out.stdout + out.stderr
+    regs = re.search(r"Used (\d+) registers", txt)
+    spill = re.search(r"(\d+) bytes spill stores", txt)
+    return (int(regs.group(1)) if regs else -1, int(spill.group(1)) if spill else -1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+")
+    ap.add_argument("--param", action="append", default=[], help="name=value (int/bool/str)")
+    a = ap.parse_args(argv)
+    params = {}
+    for kv in a.param:
+        k, v = kv.split("=", 1)
+        params[k] = int(v) if re.fullmatch(r"-?\d+", v) else (v == "true" if v in ("true", "false") else v)
+    for c in a.cases:
+        case = load_case(c)
+        k, dt, meta = compile_case(case, params)
+        ptx = k.asm.get("ptx", "")
+        sass_info = k.metadata
+        regs, spills = ptxas_usage(ptx, k.metadata.target.arch)
+        print(f"{case.name}: compiled in {dt:.1f}s regs={regs} spill_bytes={spills} shared={sass_info.shared} "
+              f"G={meta['G']} R={meta['R']} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} "
+              f"wgmma={'wgmma' in ptx} mma={'mma.sync' in ptx}")
+
+
+if __name__ == "__main__":
+    main()

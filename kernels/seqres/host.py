@@ -1,0 +1,183 @@
+"""Host side of ``seqres``: ``prepare`` (untimed: weight layout, scratch, schedule, co-residency) and
+``run`` (timed: allocate y, one launch)."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from ..cases import Case
+from ..registry import Unsupported
+from ..weights import Weights
+from .megakernel import BARRIERS_PER_LAYER, _seqres_fwd
+
+PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
+_EPOCH_LIMIT = 1 << 30
+
+
+def interpreting() -> bool:
+    """True when Triton kernels of this module were built for the interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(_seqres_fwd).__name__ == "InterpretedFunction"
+
+
+def _pow2(n: int) -> int:
+    return triton.next_power_of_2(max(1, int(n)))
+
+
+def _block(want: int, extent: int, lo: int = 16) -> int:
+    """A power-of-two tile edge: ``want`` clamped to [lo, next_pow2(extent)]."""
+    return max(lo, min(_pow2(want), _pow2(extent)))
+
+
+@dataclass
+class SeqresPrepared:
+    case: Case
+    tensors: list            # weights in kernel argument order
+    scratch: dict            # a, qkv, f: reused across calls (no input-dependent state survives a call)
+    flags: torch.Tensor      # [n_groups, BLOCK_R] int32
+    err: torch.Tensor        # [1] int32
+    grid: tuple
+    meta: dict               # constexpr kernel arguments
+    launch: dict             # num_warps, num_stages
+    qk_scale: float
+    spin_limit: int
+    info: dict = field(default_factory=dict)
+    epoch: int = 0
+
+    @property
+    def barriers_per_launch(self) -> int:
+        return 1 + int(BARRIERS_PER_LAYER.value) * self.case.L
+
+
+def _stack(weights: Weights, name: str, transpose: bool = False) -> torch.Tensor:
+    ts = [getattr(l, name) for l in weights.layers]
+    if transpose:
+        ts = [t.t() for t in ts]
+    return torch.stack(ts).contiguous()
+
+
+def _check_precision(name: str, value: str) -> str:
+    if value not in PRECISIONS:
+        raise ValueError(f"seqres: {name}={value!r} not in {PRECISIONS}")
+    return value
+
+
+DEFAULTS = dict(
+    num_warps=4, num_stages=2, block_m=64, block_n=64, block_k=32, block_q=64, block_kv=64, block_m_ln=16,
+    seqs_per_program=1, split=1, max_split=8, flag_barrier=False, spin_limit=0,
+    prec_qkv="tf32x3", prec_attn="tf32x3", prec_o="tf32x3", prec_ffn1="tf32x3", prec_ffn2="tf32x3",
+    fast_layers=0, prec_fast="tf32", max_seq=1024, max_d=2048, scratch_limit_gib=8.0,
+)
+
+
+def prepare_meta(case: Case, n_sm: int, interpret: bool = False, **params) -> tuple[dict, dict, dict]:
+    """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
+    info). Raises Unsupported outside the envelope. Device-free, so ``aot_check`` can use it."""
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"seqres: unknown parameters {sorted(unknown)}; valid: {sorted(DEFAULTS)}")
+    o = dict(DEFAULTS, **params)
+    B, S, D, H, L = case.B, case.S, case.D, case.H, case.L
+    if S > o["max_seq"] or D > o["max_d"]:
+        raise Unsupported(f"seqres: S={S} > max_seq={o['max_seq']} or D={D} > max_d={o['max_d']}: "
+                          "the sequence does not fit")
+    scratch_bytes = 4 * B * S * 8 * D
+    if scratch_bytes > o["scratch_limit_gib"] * 2**30:
+        raise Unsupported(f"seqres: scratch of {scratch_bytes / 2**30:.1f} GiB > {o['scratch_limit_gib']} GiB")
+    precs = {k: _check_precision(k, o[k]) for k in ("prec_qkv", "prec_attn", "prec_o", "prec_ffn1", "prec_ffn2",
+                                                     "prec_fast")}
+    fast_layers = int(o["fast_layers"])
+    if not 0 <= fast_layers <= L:
+        raise ValueError(f"seqres: fast_layers={fast_layers} not in [0, L={L}]")
+    G = int(o["seqs_per_program"])
+    if G <= 0:  # auto: fewest sequences per group that still leave <= 2 groups per SM
+        G = 1
+        while B % (2 * G) == 0 and B // G > 2 * n_sm:
+            G *= 2
+    if B % G:
+        raise ValueError(f"seqres: seqs_per_program={G} does not divide B={B}")
+    n_groups = B // G
+    R = int(o["split"])
+    if R <= 0:
+        R = max(1, min(int(o["max_split"]), n_sm // n_groups))
+    info = {"n_sm": n_sm}
+    if interpret and R > 1:
+        info["split_note"] = f"split={R} needs co-resident programs; the interpreter runs them in order: using 1"
+        R = 1
+    if R > 1 and n_groups * R > n_sm:
+        # co-residency: every program of a group must be resident while its peers spin. Guaranteed
+        # with at most one program per SM (grid <= SMs) whatever the kernel's occupancy.
+        info["split_note"] = f"split={R}: grid {n_groups * R} > {n_sm} SMs cannot be proven co-resident; using 1"
+        R = 1
+    M = G * S
+    dh = case.dh
+    meta = dict(
+        S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
+        R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]), SPIN_LIMIT=int(o["spin_limit"]),
+        BM=_block(o["block_m"], M), BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
+        BQ=_block(o["block_q"], S), BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
+        BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
+        P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
+        P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
+    )
+    launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
+    info.update(G=G, R=R, grid=n_groups * R, precisions=precs, fast_layers=fast_layers)
+    return meta, launch, info
+
+
+def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
+    """Lay the weights out for the kernel and fix the schedule (parameters: ``DEFAULTS``,
+    ``config/variant/seqres.yaml``).
+
+    ``seqs_per_program`` (G): consecutive sequences one group owns; 0 = auto (smallest G with at most
+    ``2 * SMs`` groups). ``split`` (R): co-resident programs per group sharing every phase's tiles through
+    flag barriers; 0 = auto (as many as fit on the SMs, at most ``max_split``); forced to 1 under the
+    interpreter and when the grid would exceed the SM count. ``flag_barrier`` runs the flag protocol even
+    when R == 1 (tests). ``fast_layers``: the last layers whose four GEMMs use ``prec_fast``."""
+    dev = weights.device
+    if dev.type != "cuda" and not interpreting():
+        raise Unsupported("seqres needs a CUDA device, or TRITON_INTERPRET=1 set before importing kernels")
+    n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+    meta, launch, info = prepare_meta(case, n_sm, interpreting(), **params)
+    B, S, D = case.B, case.S, case.D
+    tensors = [
+        _stack(weights, "ln1_w"), _stack(weights, "ln1_b"),
+        _stack(weights, "w_qkv", True), _stack(weights, "b_qkv"),
+        _stack(weights, "w_o", True), _stack(weights, "b_o"),
+        _stack(weights, "ln2_w"), _stack(weights, "ln2_b"),
+        _stack(weights, "w_1", True), _stack(weights, "b_1"),
+        _stack(weights, "w_2", True), _stack(weights, "b_2"),
+        weights.lnf_w.contiguous(), weights.lnf_b.contiguous(),
+    ]
+    f32 = dict(device=dev, dtype=torch.float32)
+    scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
+                   f=torch.empty(B * S, 4 * D, **f32))
+    n_groups = B // meta["G"]
+    return SeqresPrepared(
+        case=case, tensors=tensors, scratch=scratch,
+        flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
+        err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch,
+        qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=meta["SPIN_LIMIT"], info=info)
+
+
+def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
+    """x: [B, S, D] fp32 contiguous -> y: [B, S, D] fp32 (fresh); x is only read."""
+    c = p.case
+    if x.shape != (c.B, c.S, c.D) or x.dtype != torch.float32 or not x.is_contiguous():
+        raise ValueError(f"seqres: x must be contiguous fp32 {(c.B, c.S, c.D)}, got {x.dtype} {tuple(x.shape)}")
+    if p.epoch + p.barriers_per_launch >= _EPOCH_LIMIT:
+        p.flags.zero_()
+        p.epoch = 0
+    y = torch.empty_like(x)
+    _seqres_fwd[p.grid](x, y, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors,
+                        p.flags, p.err, p.epoch, p.qk_scale, **p.meta, **p.launch)
+    p.epoch += p.barriers_per_launch
+    if p.spin_limit > 0:
+        bad = int(p.err.item())
+        if bad:
+            raise RuntimeError(f"seqres: a flag barrier timed out waiting for flag value {bad} "
+                               f"(epoch {p.epoch - p.barriers_per_launch})")
+    return y

@@ -1,0 +1,300 @@
+"""seqres: the sequence-resident megakernel — the whole forward pass (L layers + final LayerNorm) in one
+Triton launch, one group of R co-resident programs per G consecutive sequences.
+
+Schedule of one group (rows ``row0 .. row0 + G*S`` of the flattened [B*S, D] activations):
+
+    copy    y <- x                                    (y holds the residual stream from here on)
+    per layer l:
+      qkv   qkv = LN1(y) @ Wqkv + b     LN statistics computed per row tile, LN applied on the A load
+      attn  a   = softmax(q k^T / sqrt(dh)) v        per (sequence, head, query block), online softmax
+      oproj y   = y + a @ Wo + b_o
+      ffn1  f   = GELU(LN2(y) @ W1 + b_1)
+      ffn2  y   = y + f @ W2 + b_2
+    final   y   = LNf(y)                              in place, row blocks
+
+Between phases the group synchronises: ``tl.debug_barrier()`` inside a program, plus a flag barrier
+across the R programs of a group when R > 1 (``group_barrier``: release/acquire flags in global
+memory, never a device-wide barrier). Phases distribute their tiles round-robin over the R programs,
+so with R == 1 (the only valid setting under TRITON_INTERPRET) one program does everything. Scratch
+(``qkv``, ``a``, ``f``) lives in global memory and stays mostly in L2; weights stream from L2/HBM,
+pre-transposed to [K, N] by ``prepare``.
+
+Precision is per GEMM (constexpr ``input_precision`` of ``tl.dot``); the last ``L_FAST`` layers may
+use a cheaper precision for their four linear layers.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..common.tl_helpers import gelu_erf, group_barrier, layernorm_rows, layernorm_stats
+
+LN_EPS = tl.constexpr(1e-5)
+
+
+@triton.jit
+def _sync(flags_ptr, rank, target, err_ptr,
+          R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr, SPIN_LIMIT: tl.constexpr):
+    """Phase boundary: CTA barrier, plus the group's flag barrier when FLAGS."""
+    if FLAGS:
+        group_barrier(flags_ptr, rank, target, err_ptr, R, BLOCK_R, SPIN_LIMIT)
+    else:
+        tl.debug_barrier()
+
+
+@triton.jit
+def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
+                dst_ptr,            # [*, D] fp32
+                w_ptr, b_ptr,       # [D] LayerNorm weight / bias (used when LN)
+                row0, rank,
+                M: tl.constexpr, D: tl.constexpr, LN: tl.constexpr, R: tl.constexpr,
+                BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr):
+    """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs."""
+    NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
+    offs_d = tl.arange(0, BD)
+    mask_d = offs_d < D
+    for i in range(0, (NT + R - 1) // R):
+        t = i * R + rank
+        # rows past M are masked, so a tile index past NT (when R does not divide NT) is a no-op
+        offs_m = t * BM_LN + tl.arange(0, BM_LN)
+        rows = row0 + offs_m
+        mask = (offs_m < M)[:, None] & mask_d[None, :]
+        x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
+        if LN:
+            w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
+            b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
+            x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
+        tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
+
+
+@triton.jit
+def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
+                  lnw_ptr, lnb_ptr,  # [K] LayerNorm applied to A on load (when LN)
+                  w_ptr,            # [K, N] fp32 weight, transposed
+                  b_ptr,            # [N] bias
+                  r_ptr,            # [*, N] residual added in the epilogue (when RESID; may alias o_ptr)
+                  o_ptr,            # [*, N] output
+                  row0, rank,
+                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                  LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
+                  R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
+    """o = epilogue([LN](a) @ w + b) over the group's M rows, [BM, BN] tiles round-robin over R programs."""
+    NT_N: tl.constexpr = (N + BN - 1) // BN
+    NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
+    # constexpr trip counts (the interpreter cannot loop from a runtime bound); tile t = i * R + rank
+    for i in range(0, (NT + R - 1) // R):
+        t = i * R + rank
+        if NT % R == 0:
+            _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N, t % NT_N,
+                         M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
+        else:
+            if t < NT:
+                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N, t % NT_N,
+                             M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
+
+
+@triton.jit
+def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+                 M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                 LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
+    """One [BM, BN] output tile (tm, tn) of ``_linear_phase``."""
+    offs_m = tm * BM + tl.arange(0, BM)
+    offs_n = tn * BN + tl.arange(0, BN)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    rows = row0 + offs_m
+    if LN:
+        mean, rstd = layernorm_stats(a_ptr, rows, mask_m, K, K, BM, BK, LN_EPS, CM)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, K, BK):
+        offs_k = k0 + tl.arange(0, BK)
+        mask_k = offs_k < K
+        a = tl.load(a_ptr + rows[:, None] * K + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                    other=0.0, cache_modifier=CM)                                            # [BM, BK]
+        if LN:
+            lw = tl.load(lnw_ptr + offs_k, mask=mask_k, other=0.0)
+            lb = tl.load(lnb_ptr + offs_k, mask=mask_k, other=0.0)
+            a = (a - mean[:, None]) * rstd[:, None] * lw[None, :] + lb[None, :]
+            a = tl.where(mask_k[None, :], a, 0.0)
+        w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=mask_k[:, None] & mask_n[None, :],
+                    other=0.0)                                                               # [BK, BN]
+        acc = tl.dot(a, w, acc, input_precision=PREC)
+    acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
+    if GELU:
+        acc = gelu_erf(acc)
+    omask = mask_m[:, None] & mask_n[None, :]
+    if RESID:
+        acc += tl.load(r_ptr + rows[:, None] * N + offs_n[None, :], mask=omask, other=0.0, cache_modifier=CM)
+    tl.store(o_ptr + rows[:, None] * N + offs_n[None, :], acc, mask=omask)
+
+
+@triton.jit
+def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns j*DH of each part
+                     o_ptr,         # [*, D] fp32 merged heads
+                     row0, rank,
+                     qk_scale,      # log2(e) / sqrt(DH)
+                     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                     G: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, R: tl.constexpr,
+                     BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr):
+    """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R."""
+    NQB: tl.constexpr = (S + BQ - 1) // BQ
+    NT: tl.constexpr = G * H * NQB
+    for i in range(0, (NT + R - 1) // R):
+        t = i * R + rank
+        if NT % R == 0:
+            _attention_tile(qkv_ptr, o_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
+                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM)
+        else:
+            if t < NT:
+                _attention_tile(qkv_ptr, o_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
+                                S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM)
+
+
+@triton.jit
+def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
+                     S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
+                     PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr):
+    """One key/value block of the online softmax: returns the updated (m_i, l_i, acc)."""
+    offs_d = tl.arange(0, BDH)
+    mask_d = offs_d < DH
+    offs_k = k0 + tl.arange(0, BKV)
+    mask_k = offs_k < S
+    kt = tl.load(qkv_ptr + (base + offs_k)[None, :] * (3 * D) + D + hd * DH + offs_d[:, None],
+                 mask=mask_d[:, None] & mask_k[None, :], other=0.0, cache_modifier=CM)      # [BDH, BKV]
+    s = tl.dot(q, kt, input_precision=PREC)                                                 # [BQ, BKV]
+    valid = mask_k[None, :]
+    if CAUSAL:
+        valid = valid & (offs_k[None, :] <= offs_q[:, None])
+    s = tl.where(valid, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    v = tl.load(qkv_ptr + (base + offs_k)[:, None] * (3 * D) + 2 * D + hd * DH + offs_d[None, :],
+                mask=mask_k[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)      # [BKV, BDH]
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _attention_tile(qkv_ptr, o_ptr, row0, g, hd, qb, qk_scale,
+                    S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                    CAUSAL: tl.constexpr, PREC: tl.constexpr,
+                    BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr):
+    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
+    NKV: tl.constexpr = (S + BKV - 1) // BKV
+    offs_d = tl.arange(0, BDH)
+    mask_d = offs_d < DH
+    base = row0 + g * S
+    offs_q = qb * BQ + tl.arange(0, BQ)
+    mask_q = offs_q < S
+    q = tl.load(qkv_ptr + (base + offs_q)[:, None] * (3 * D) + hd * DH + offs_d[None, :],
+                mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)        # [BQ, BDH]
+    q = q * qk_scale
+    m_i = tl.full((BQ,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BQ,), tl.float32)
+    acc = tl.zeros((BQ, BDH), tl.float32)
+    # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
+    # because the interpreter cannot loop to a runtime bound inside a device function)
+    for j in range(0, NKV):
+        if CAUSAL:
+            if j * BKV < (qb + 1) * BQ:
+                m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
+                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM)
+        else:
+            m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :], out,
+             mask=mask_q[:, None] & mask_d[None, :])
+
+
+@triton.jit
+def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
+           ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+           ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+           flags_ptr, err_ptr, l, bar, row0, rank, qk_scale,
+           S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
+           CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
+           SPIN_LIMIT: tl.constexpr,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
+           BDH: tl.constexpr, CM: tl.constexpr,
+           P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
+           P_FFN2: tl.constexpr):
+    """One encoder layer for the group; ``bar`` is the flag target of this layer's first barrier."""
+    M: tl.constexpr = G * S
+    _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (D * 3 * D), bqkv_ptr + l * (3 * D),
+                  y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, R, BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
+    _sync(flags_ptr, rank, bar + 1, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (D * D), bo_ptr + l * D,
+                  y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, R, BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 2, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (D * 4 * D), b1_ptr + l * (4 * D),
+                  y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, R, BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 3, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (4 * D * D), b2_ptr + l * D,
+                  y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, R, BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 4, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+
+
+BARRIERS_PER_LAYER = tl.constexpr(5)
+
+
+@triton.jit(do_not_specialize=["epoch"])
+def _seqres_fwd(
+    x_ptr,                  # [B*S, D] fp32 input (read once)
+    y_ptr,                  # [B*S, D] fp32 output; the residual stream during the pass
+    a_ptr,                  # [B*S, D] fp32 scratch: merged attention heads
+    qkv_ptr,                # [B*S, 3D] fp32 scratch
+    f_ptr,                  # [B*S, 4D] fp32 scratch: GELU(FFN1)
+    ln1w_ptr, ln1b_ptr,     # [L, D]
+    wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed), [L, 3D]
+    wo_ptr, bo_ptr,         # [L, D, D], [L, D]
+    ln2w_ptr, ln2b_ptr,     # [L, D]
+    w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
+    w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
+    lnfw_ptr, lnfb_ptr,     # [D]
+    flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
+    err_ptr,                # [1] int32, barrier timeout report (SPIN_LIMIT > 0)
+    epoch,                  # flags value before this launch; barrier i waits for epoch + 1 + i
+    qk_scale,               # log2(e) / sqrt(DH)
+    S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, L: tl.constexpr,
+    L_FAST: tl.constexpr, G: tl.constexpr, CAUSAL: tl.constexpr,
+    R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr, SPIN_LIMIT: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
+    BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
+    P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
+    P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if R == 1:  # rank a compile-time 0: the interpreter cannot loop from a program-id tensor
+        group = pid
+        rank = 0
+    else:
+        group = pid // R
+        rank = pid % R
+    M: tl.constexpr = G * S
+    row0 = group * M
+    flags_ptr = flags_ptr + group * BLOCK_R
+
+    _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
+    _sync(flags_ptr, rank, epoch + 1, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    if L_FAST < L:
+        for l in range(0, L - L_FAST):
+            _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+                   ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+                   flags_ptr, err_ptr, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, SPIN_LIMIT, BM, BN, BK, BQ, BKV, BDH, CM,
+                   P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
+    if L_FAST > 0:
+        for l in range(L - L_FAST, L):
+            _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+                   ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+                   flags_ptr, err_ptr, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, SPIN_LIMIT, BM, BN, BK, BQ, BKV, BDH, CM,
+                   P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
+    # every row of y is final once the last barrier passed; each program normalises its own row blocks
+    _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
