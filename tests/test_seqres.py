@@ -60,7 +60,7 @@ def test_odd_shape_passes_gate(causal):
 
 @needs_backend
 @pytest.mark.parametrize("params", [
-    dict(flag_barrier=True),                                      # the flag protocol path, R == 1
+    dict(flag_barrier=True, spin_limit=10),                       # the flag protocol path, R == 1
     dict(seqs_per_program=2, block_m_ln=8),                       # two sequences per program
     dict(block_n=32, block_k=16, block_q=16, block_kv=16),        # several tiles / key blocks per phase
     dict(fast_layers=1, prec_fast="tf32"),                        # per-layer precision split compiles/runs

@@ -31,7 +31,7 @@ def compile_case(case, params: dict, arch: int = 90):
             sig[n] = "constexpr"
         elif n in ("flags_ptr", "err_ptr"):
             sig[n] = "*i32"
-        elif n == "epoch":
+        elif n in ("epoch", "spin_limit"):
             sig[n] = "i32"
         elif n == "qk_scale":
             sig[n] = "fp32"

@@ -116,7 +116,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, **params) -> tu
     dh = case.dh
     meta = dict(
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
-        R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]), SPIN_LIMIT=int(o["spin_limit"]),
+        R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]),
         BM=_block(o["block_m"], M), BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
         BQ=_block(o["block_q"], S), BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
@@ -160,7 +160,15 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         case=case, tensors=tensors, scratch=scratch,
         flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
         err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch,
-        qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=meta["SPIN_LIMIT"], info=info)
+        qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
+
+
+def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
+    """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills)."""
+    k = _seqres_fwd[p.grid](x, y, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors,
+                            p.flags, p.err, p.spin_limit if p.spin_limit > 0 else 2**31 - 1, p.epoch, p.qk_scale, **p.meta, **p.launch)
+    p.epoch += p.barriers_per_launch
+    return k
 
 
 def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
@@ -172,9 +180,7 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
         p.flags.zero_()
         p.epoch = 0
     y = torch.empty_like(x)
-    _seqres_fwd[p.grid](x, y, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors,
-                        p.flags, p.err, p.epoch, p.qk_scale, **p.meta, **p.launch)
-    p.epoch += p.barriers_per_launch
+    launch(p, x, y)
     if p.spin_limit > 0:
         bad = int(p.err.item())
         if bad:

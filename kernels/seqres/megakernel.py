@@ -33,11 +33,11 @@ LN_EPS = tl.constexpr(1e-5)
 
 
 @triton.jit
-def _sync(flags_ptr, rank, target, err_ptr,
-          R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr, SPIN_LIMIT: tl.constexpr):
+def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
+          R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr):
     """Phase boundary: CTA barrier, plus the group's flag barrier when FLAGS."""
     if FLAGS:
-        group_barrier(flags_ptr, rank, target, err_ptr, R, BLOCK_R, SPIN_LIMIT)
+        group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R, BLOCK_R)
     else:
         tl.debug_barrier()
 
@@ -214,10 +214,9 @@ def _attention_tile(qkv_ptr, o_ptr, row0, g, hd, qb, qk_scale,
 def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
            ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-           flags_ptr, err_ptr, l, bar, row0, rank, qk_scale,
+           flags_ptr, err_ptr, spin_limit, l, bar, row0, rank, qk_scale,
            S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
            CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
-           SPIN_LIMIT: tl.constexpr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
            BDH: tl.constexpr, CM: tl.constexpr,
            P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
@@ -226,24 +225,24 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
     M: tl.constexpr = G * S
     _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (D * 3 * D), bqkv_ptr + l * (3 * D),
                   y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, R, BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
-    _sync(flags_ptr, rank, bar + 1, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (D * D), bo_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, R, BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 2, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (D * 4 * D), b1_ptr + l * (4 * D),
                   y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, R, BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 3, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (4 * D * D), b2_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, R, BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 4, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)
 
 
-@triton.jit(do_not_specialize=["epoch"])
+@triton.jit(do_not_specialize=["epoch", "spin_limit"])
 def _seqres_fwd(
     x_ptr,                  # [B*S, D] fp32 input (read once)
     y_ptr,                  # [B*S, D] fp32 output; the residual stream during the pass
@@ -258,12 +257,13 @@ def _seqres_fwd(
     w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
     lnfw_ptr, lnfb_ptr,     # [D]
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
-    err_ptr,                # [1] int32, barrier timeout report (SPIN_LIMIT > 0)
+    err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
+    spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
     epoch,                  # flags value before this launch; barrier i waits for epoch + 1 + i
     qk_scale,               # log2(e) / sqrt(DH)
     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, L: tl.constexpr,
     L_FAST: tl.constexpr, G: tl.constexpr, CAUSAL: tl.constexpr,
-    R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr, SPIN_LIMIT: tl.constexpr,
+    R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
@@ -281,20 +281,20 @@ def _seqres_fwd(
     flags_ptr = flags_ptr + group * BLOCK_R
 
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
-    _sync(flags_ptr, rank, epoch + 1, err_ptr, R, BLOCK_R, FLAGS, SPIN_LIMIT)
+    _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     if L_FAST < L:
         for l in range(0, L - L_FAST):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   flags_ptr, err_ptr, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
-                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, SPIN_LIMIT, BM, BN, BK, BQ, BKV, BDH, CM,
+                   flags_ptr, err_ptr, spin_limit, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                    P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
     if L_FAST > 0:
         for l in range(L - L_FAST, L):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   flags_ptr, err_ptr, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
-                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, SPIN_LIMIT, BM, BN, BK, BQ, BKV, BDH, CM,
+                   flags_ptr, err_ptr, spin_limit, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                    P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
