@@ -53,32 +53,27 @@ def layernorm_stats(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: t
 
 
 @triton.jit
-def group_barrier(flags_ptr, rank, target, err_ptr, R: tl.constexpr, BLOCK_R: tl.constexpr,
-                  SPIN_LIMIT: tl.constexpr):
+def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr, BLOCK_R: tl.constexpr):
     """Barrier of the R co-resident CTAs that share ``flags_ptr[0:R]`` (int32, monotonic). (seqres)
 
     This CTA publishes ``target`` on its own flag (release) and spins until every flag of the group
     is >= ``target`` (acquire). Flags only grow, so one row of flags serves every barrier of every
     launch when the host passes increasing targets. Every CTA of the group must be resident (the
     caller checks grid <= co-resident CTAs); under TRITON_INTERPRET programs run one after another,
-    so only R == 1 is valid there. SPIN_LIMIT > 0 bounds the spin (debug): on timeout the barrier
-    writes ``target`` to ``err_ptr`` and goes on (the result is then wrong, but nothing hangs)."""
+    so only R == 1 is valid there. The spin is bounded by ``spin_limit`` polls (a runtime value, so
+    debug and timed runs share one binary): on timeout the barrier writes ``target`` (the flag value it
+    waited for) to ``err_ptr`` and goes on, so a broken schedule reports instead of hanging."""
     tl.debug_barrier()
     tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")
     offs = tl.arange(0, BLOCK_R)
     mask = offs < R
     seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire", scope="gpu"),
                            target), axis=0)
-    if SPIN_LIMIT > 0:
-        tries = 0
-        while (seen < target) & (tries < SPIN_LIMIT):
-            seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire",
-                                                       scope="gpu"), target), axis=0)
-            tries += 1
-        if seen < target:
-            tl.atomic_xchg(err_ptr, target)
-    else:
-        while seen < target:
-            seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire",
-                                                       scope="gpu"), target), axis=0)
+    tries = 0
+    while (seen < target) & (tries < spin_limit):
+        seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire", scope="gpu"),
+                               target), axis=0)
+        tries += 1
+    if seen < target:
+        tl.atomic_xchg(err_ptr, target)
     tl.debug_barrier()
