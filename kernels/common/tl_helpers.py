@@ -26,6 +26,39 @@ def layernorm_rows(x, w, b, mask_d, D: tl.constexpr, EPS: tl.constexpr):
 
 
 @triton.jit
+def split_bf16(x, BF16: tl.constexpr):
+    """Split an fp32 tile into hi + lo parts, each bf16-representable, with x - hi - lo ~ 2^-17 |x|.
+
+    BF16=True (GPU): hardware round-to-nearest casts; returns two bf16 tensors, ready for ``tl.dot``.
+    BF16=False (Triton interpreter, which has no bf16): the same rounding done on the bit pattern;
+    returns two fp32 tensors holding bf16 values, so an fp32 ``tl.dot`` of them gives the same products
+    as the bf16 MMA would (a bf16 x bf16 product is exact in fp32)."""
+    if BF16:
+        hi = x.to(tl.bfloat16)
+        lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
+    else:
+        hi = ((x.to(tl.uint32, bitcast=True) + 0x8000) & 0xFFFF0000).to(tl.float32, bitcast=True)
+        r = x - hi
+        lo = ((r.to(tl.uint32, bitcast=True) + 0x8000) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return hi, lo
+
+
+@triton.jit
+def dot_split(a_hi, a_lo, b_hi, b_lo, acc, A_LO: tl.constexpr, B_LO: tl.constexpr, PREC: tl.constexpr):
+    """acc + a @ b from hi/lo parts (from ``split_bf16`` or bf16/fp32 loads), smallest terms first:
+    [a_lo b_hi if A_LO] + [a_hi b_lo if B_LO] + a_hi b_hi. Both flags: bf16x3 (~fp32-grade); A_LO only:
+    a kept exact, b rounded to bf16; neither: plain bf16. Unused lo parts may be any tensor.
+    PREC is each dot's ``input_precision``: "ieee" for fp32-held parts (the interpreter then reproduces
+    the bf16 products exactly); ignored for bf16 parts."""
+    if A_LO:
+        acc = tl.dot(a_lo, b_hi, acc, input_precision=PREC)
+    if B_LO:
+        acc = tl.dot(a_hi, b_lo, acc, input_precision=PREC)
+    acc = tl.dot(a_hi, b_hi, acc, input_precision=PREC)
+    return acc
+
+
+@triton.jit
 def layernorm_stats(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_K: tl.constexpr, EPS: tl.constexpr, CACHE: tl.constexpr):
     """Row statistics of a [BLOCK_M, D] fp32 block in global memory, read in BLOCK_K-wide chunks:

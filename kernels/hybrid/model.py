@@ -1,0 +1,169 @@
+"""The ``hybrid`` forward pass: library GEMMs at split precision + Triton LayerNorm/split/attention kernels.
+
+Per layer (M = B*S tokens, every activation fp32 unless it is a GEMM operand in the split layout):
+
+    h3   = ln_split(x (+ y_prev))          # residual add of the previous FFN fused into LN1
+    qkv  = linear(h3, w_qkv)               # [M, 3D] fp32, bias folded in the GEMM
+    a3   = attention(qkv_split(qkv))       # [M, 3D+TAIL] split layout, heads merged (or SDPA)
+    y    = linear(a3, w_o)                 # [M, D]
+    h3,x = ln_split(x + y)                 # residual add fused into LN2
+    g3   = act_split(linear(h3, w_1))      # exact GELU + split
+    y    = linear(g3, w_2)                 # [M, D]; its residual add happens in the next LN
+    out  = LayerNorm_f(x + y)
+
+The precision of every op and layer comes from the parameters (``config/variant/hybrid.yaml``).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..cases import Case
+from ..reference import LN_EPS, fp32_matmul
+from ..registry import Unsupported
+from ..weights import Weights
+from .act_split import act_split
+from .attention import PRECISIONS, attention
+from .gemm import SCHEMES, PreparedLinear, linear, needs_split, prepare_linear
+from .layernorm_split import ln_split
+from .qkv_split import qkv_split
+
+OPS = ("qkv", "o", "fc1", "fc2")
+ATTENTION = ("triton", "sdpa_fp32", "sdpa_bf16")
+LAYER_KEYS = ("gemm", "attention", "qk_prec", "pv_prec")
+
+
+@dataclass
+class LayerPlan:
+    qkv: PreparedLinear
+    o: PreparedLinear
+    fc1: PreparedLinear
+    fc2: PreparedLinear
+    attention: str
+    qk_prec: str
+    pv_prec: str
+    ln1: tuple[torch.Tensor, torch.Tensor]
+    ln2: tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class Prepared:
+    case: Case
+    layers: list[LayerPlan]
+    lnf: tuple[torch.Tensor, torch.Tensor]
+    attn_cfg: dict[str, int]
+    qkv_block_s: int
+    act_block_n: int
+    ln_warps: int | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _gemm_per_op(gemm) -> dict[str, str]:
+    g = {op: gemm for op in OPS} if isinstance(gemm, str) else {op: gemm.get(op, "bf16x3") for op in OPS}
+    for op, s in g.items():
+        if s not in SCHEMES:
+            raise ValueError(f"gemm scheme {s!r} for {op}: valid {', '.join(SCHEMES)}")
+    return g
+
+
+def layer_settings(L: int, base: dict, overrides: dict | None) -> list[dict]:
+    """Per-layer settings: ``base`` updated by ``overrides[key]`` where key is the layer index (int or
+    its string; negative counts from the end) or "last"."""
+    out = []
+    for l in range(L):
+        s = dict(base)
+        for key, ov in (overrides or {}).items():
+            k = str(key)
+            hit = (k == "last" and l == L - 1) or (k.lstrip("-").isdigit() and int(k) % L == l)
+            if hit:
+                bad = set(ov) - set(LAYER_KEYS)
+                if bad:
+                    raise ValueError(f"override {key}: unknown keys {sorted(bad)}; valid {LAYER_KEYS}")
+                s.update(ov)
+        s["gemm"] = _gemm_per_op(s["gemm"])
+        if s["attention"] not in ATTENTION:
+            raise ValueError(f"attention {s['attention']!r}: valid {', '.join(ATTENTION)}")
+        for k in ("qk_prec", "pv_prec"):
+            if s[k] not in PRECISIONS:
+                raise ValueError(f"{k}={s[k]!r}: valid {', '.join(PRECISIONS)}")
+        out.append(s)
+    return out
+
+
+def prepare(case: Case, weights: Weights, gemm="bf16x3", attention="triton", qk_prec: str = "bf16x3",
+            pv_prec: str = "bf16x3", overrides: dict | None = None, attn_block_m: int = 128,
+            attn_block_n: int = 64, attn_warps: int = 8, attn_stages: int = 2, qkv_block_s: int = 64,
+            act_block_n: int = 1024, ln_warps: int | None = None) -> Prepared:
+    """One-time: weight hi/lo splits in each GEMM scheme's layout, per-layer precision plan."""
+    dev = weights.device
+    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise Unsupported("hybrid on the CPU needs the Triton interpreter (TRITON_INTERPRET=1)")
+    if dev.type == "cuda" and not hasattr(torch.ops.aten.mm, "dtype"):
+        raise Unsupported("torch.mm(..., out_dtype=) is missing: torch >= 2.9 needed for bf16x3 GEMMs")
+    settings = layer_settings(case.L, dict(gemm=gemm, attention=attention, qk_prec=qk_prec,
+                                           pv_prec=pv_prec), overrides)
+    dh = case.dh
+    if any(s["attention"] == "triton" for s in settings) and (dh < 16 or dh & (dh - 1)):
+        raise Unsupported(f"triton attention needs a power-of-two head dim >= 16, got {dh}")
+    layers = []
+    for lw, s in zip(weights.layers, settings):
+        g = s["gemm"]
+        layers.append(LayerPlan(
+            qkv=prepare_linear(lw.w_qkv, lw.b_qkv, g["qkv"]), o=prepare_linear(lw.w_o, lw.b_o, g["o"]),
+            fc1=prepare_linear(lw.w_1, lw.b_1, g["fc1"]), fc2=prepare_linear(lw.w_2, lw.b_2, g["fc2"]),
+            attention=s["attention"], qk_prec=s["qk_prec"], pv_prec=s["pv_prec"],
+            ln1=(lw.ln1_w.contiguous(), lw.ln1_b.contiguous()),
+            ln2=(lw.ln2_w.contiguous(), lw.ln2_b.contiguous())))
+    attn_cfg = dict(block_m=attn_block_m, block_n=attn_block_n, num_warps=attn_warps, num_stages=attn_stages)
+    info = {"layers": [{k: s[k] for k in LAYER_KEYS} for s in settings], "attn_cfg": attn_cfg}
+    return Prepared(case, layers, (weights.lnf_w.contiguous(), weights.lnf_b.contiguous()), attn_cfg,
+                    qkv_block_s, act_block_n, ln_warps, info)
+
+
+def _attend(p: Prepared, lp: LayerPlan, qkv: torch.Tensor, split_out: bool) -> torch.Tensor:
+    """qkv: [M, 3D] fp32 -> merged attention output: split layout [M, 3D+TAIL] or [M, D] fp32."""
+    c = p.case
+    B, S, H, D = c.B, c.S, c.H, c.D
+    if lp.attention == "triton":
+        planes = qkv_split(qkv, B, S, H, block_s=p.qkv_block_s)           # [6, B*H, S, dh]
+        return attention(planes, B, S, H, c.causal, split_out=split_out, qk_prec=lp.qk_prec,
+                         pv_prec=lp.pv_prec, **p.attn_cfg)
+    q, k, v = qkv.view(B, S, 3, H, c.dh).permute(2, 0, 3, 1, 4)          # each [B, H, S, dh]
+    if lp.attention == "sdpa_bf16":
+        q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+    with fp32_matmul(False):
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=c.causal)  # [B, H, S, dh]
+    a = a.float().transpose(1, 2).reshape(B * S, D)
+    return act_split(a, gelu=False, block_n=p.act_block_n) if split_out else a
+
+
+def run(p: Prepared, x: torch.Tensor) -> torch.Tensor:
+    """x: [B, S, D] fp32 -> y: [B, S, D] fp32 (fresh tensor; x is never written)."""
+    c = p.case
+    assert x.shape == (c.B, c.S, c.D) and x.dtype == torch.float32, \
+        f"x {tuple(x.shape)} {x.dtype} does not match case {c.name} ({c.B}, {c.S}, {c.D}) fp32"
+    M, D = c.B * c.S, c.D
+    with torch.inference_mode():
+        xc = x.reshape(M, D)
+        if not xc.is_contiguous():
+            xc = xc.contiguous()
+        y = None
+        for lp in p.layers:
+            h, x_new = ln_split(xc, *lp.ln1, y=y, split=needs_split(lp.qkv.scheme), write_x=y is not None,
+                                eps=LN_EPS, num_warps=p.ln_warps)
+            xc = x_new if x_new is not None else xc
+            qkv = linear(h, lp.qkv)                                          # [M, 3D]
+            a = _attend(p, lp, qkv, split_out=needs_split(lp.o.scheme))
+            y = linear(a, lp.o)                                              # [M, D]
+            h, xc = ln_split(xc, *lp.ln2, y=y, split=needs_split(lp.fc1.scheme), write_x=True,
+                             eps=LN_EPS, num_warps=p.ln_warps)
+            u = linear(h, lp.fc1)                                            # [M, 4D]
+            g = act_split(u, gelu=True, block_n=p.act_block_n) if needs_split(lp.fc2.scheme) else F.gelu(u)
+            y = linear(g, lp.fc2)                                            # [M, D]
+        out, _ = ln_split(xc, *p.lnf, y=y, split=False, write_x=False, eps=LN_EPS, num_warps=p.ln_warps)
+    return out.view(c.B, c.S, c.D)
