@@ -193,7 +193,7 @@ def load_matrix(cfg: dict) -> dict:
         local_gpu = gpu_visible()
         name = "full" if local_gpu else "smoke"
     try:
-        m = OmegaConf.to_container(compose([f"+matrix={name}"]).matrix, resolve=True)
+        m = OmegaConf.to_container(compose(["{}matrix={}".format("+", name)]).matrix, resolve=True)
     except Exception as e:  # Hydra names the valid matrices
         raise WorkflowError(f"matrix={name}: {hydra_error(e)}") from None
     stages = dict(m.get("stages") or {})
@@ -214,8 +214,9 @@ def load_matrix(cfg: dict) -> dict:
         ncu_variants = []
     elif ncu is not None and not ncu_variants:
         ncu_variants = [v for v in ("auto",) if v in variants]
+    job_overrides = [str(o) for o in (m.get("job_overrides") or [])]
     return {"name": name, "cases": cases, "variants": variants, "stages": stages,
-            "ncu_variants": ncu_variants}
+            "ncu_variants": ncu_variants, "job_overrides": job_overrides}
 
 
 # ---------------------------------------------------------------- overrides and the tag
@@ -254,8 +255,11 @@ def derive_tag(overrides: list[str]) -> str:
     if not overrides:
         return ""
     digest = hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(o.split("=", 1)[0].split(".")[-1] + "-" + o.split("=", 1)[-1]
-                                                     for o in overrides)).strip("-._")[:40]
+    parts = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        parts.append(f"{key.split('.')[-1]}-{value}")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(parts)).strip("-._")[:40]
     return f"{slug}-{digest}" if slug else digest
 
 
@@ -284,8 +288,11 @@ TAG = str(config.get("tag") or derive_tag(OVERRIDES))
 if TAG and not TAG_RE.match(TAG):
     raise WorkflowError(f"tag {TAG!r}: use letters, digits, '.', '_' and '-' (at most 64)")
 MATRIX = load_matrix(config)
-validate_overrides(OVERRIDES, MATRIX["variants"], MATRIX["cases"], MATRIX["stages"])
-RESULTS = f"outputs/tag/{TAG}/" if TAG else "outputs/"
+# what every job gets: the matrix's own job_overrides (part of its definition, no tag), then the user's
+JOB_OVERRIDES = MATRIX["job_overrides"] + OVERRIDES
+validate_overrides(JOB_OVERRIDES, MATRIX["variants"], MATRIX["cases"], MATRIX["stages"])
+RESULTS_ROOT = f"outputs/tag/{TAG}" if TAG else "outputs"
+RESULTS = f"{RESULTS_ROOT}/"  # every result path starts with this
 LOGS = f"{RESULTS}logs/"
 
 
@@ -300,7 +307,7 @@ def gpu_config(gpu: str) -> dict:
     if gpu not in _GPU_CACHE:
         from omegaconf import OmegaConf
 
-        gov = [o for o in OVERRIDES if override_key(o).startswith("gpu.")]
+        gov = [o for o in JOB_OVERRIDES if override_key(o).startswith("gpu.")]
         _GPU_CACHE[gpu] = OmegaConf.to_container(compose([f"gpu={gpu}", *gov]).gpu, resolve=True)
     return _GPU_CACHE[gpu]
 
@@ -360,6 +367,30 @@ def job_command(stage: str) -> str:
     return (f"{shlex.quote(sys.executable)} -m workflow.run stage={stage} case={{wildcards.case}} "
             f"variant={{wildcards.variant}} gpu={{wildcards.gpu}} out={{output.json:q}}{tag} "
             "{params.overrides} > {log:q} 2>&1")
+
+
+# ---------------------------------------------------------------- the report's inputs and arguments
+
+
+def report_inputs(wildcards):
+    return {
+        "correctness": stage_results("correctness"),
+        "timing": [result("timing", wildcards.gpu, c, v) for c in MATRIX["cases"] for v in MATRIX["variants"]],
+        "ncu": stage_results("ncu"),
+    }
+
+
+def report_args(wildcards) -> str:
+    """Everything the report needs to know about the run, quoted for the shell."""
+    args = ["--root", RESULTS_ROOT, "--gpu", wildcards.gpu,
+            "--correctness-gpu", MATRIX["stages"]["correctness"], "--ncu-gpu", MATRIX["stages"]["ncu"],
+            "--cases", *MATRIX["cases"], "--variants", *MATRIX["variants"],
+            "--variant-info", json.dumps({v: VARIANTS[v] for v in MATRIX["variants"]}),
+            "--ceilings", json.dumps(gpu_config(wildcards.gpu)["ceilings"]),
+            "--title", f"matrix {MATRIX['name']}" + (f", tag {TAG}" if TAG else "")]
+    if JOB_OVERRIDES:
+        args += ["--overrides", *JOB_OVERRIDES]
+    return shell_args(args)
 
 
 wildcard_constraints:

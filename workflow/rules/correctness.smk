@@ -4,12 +4,14 @@
 
 rule correctness:
     output:
-        json=RESULTS + "correctness/{gpu}/{case}/{variant}.json",
+        json=f"{RESULTS}correctness/{{gpu}}/{{case}}/{{variant}}.json",
     log:
-        LOGS + "correctness/{gpu}/{case}/{variant}.log",
+        f"{LOGS}correctness/{{gpu}}/{{case}}/{{variant}}.log",
     params:
-        overrides=shell_args(OVERRIDES),
+        overrides=shell_args(JOB_OVERRIDES),
     threads: job_threads
+    conda:
+        "../envs/pipeline.yaml"
     resources:
         slurm_partition=slurm("partition"),
         gres=slurm("gres"),

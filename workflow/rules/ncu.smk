@@ -5,12 +5,14 @@
 
 rule ncu:
     output:
-        json=RESULTS + "ncu/{gpu}/{case}/{variant}.json",
+        json=f"{RESULTS}ncu/{{gpu}}/{{case}}/{{variant}}.json",
     log:
-        LOGS + "ncu/{gpu}/{case}/{variant}.log",
+        f"{LOGS}ncu/{{gpu}}/{{case}}/{{variant}}.log",
     params:
-        overrides=shell_args(OVERRIDES),
+        overrides=shell_args(JOB_OVERRIDES),
     threads: job_threads
+    conda:
+        "../envs/pipeline.yaml"
     resources:
         slurm_partition=slurm("partition"),
         gres=slurm("gres"),

@@ -4,12 +4,14 @@
 
 rule timing:
     output:
-        json=RESULTS + "timing/{gpu}/{case}/{variant}.json",
+        json=f"{RESULTS}timing/{{gpu}}/{{case}}/{{variant}}.json",
     log:
-        LOGS + "timing/{gpu}/{case}/{variant}.log",
+        f"{LOGS}timing/{{gpu}}/{{case}}/{{variant}}.log",
     params:
-        overrides=shell_args(OVERRIDES),
+        overrides=shell_args(JOB_OVERRIDES),
     threads: job_threads
+    conda:
+        "../envs/pipeline.yaml"
     resources:
         slurm_partition=slurm("partition"),
         gres=slurm("gres"),
