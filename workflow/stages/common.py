@@ -29,6 +29,7 @@ def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,189 @@
+"""The job entry and its stages: config composition, bad input, guards against cheating variants, schemas."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from conftest import REPO
+from kernels import Variant, list_cases, load_case, make_weights
+from workflow.run import run_job
+from workflow.stages.correctness import check_variant
+
+CONFIG = os.path.join(REPO, "config")
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=CONFIG, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _groups(name):
+    return sorted(p.stem for p in Path(CONFIG, name).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", ["case", "variant", "gpu", "gate", "timing", "ncu"])
+def test_every_config_of_every_group_composes(group):
+    for option in _groups(group):
+        cfg = _compose(f"{group}={option}")
+        assert cfg[group] is not None
+        if group == "variant":
+            assert cfg.variant.name == option and "params" in cfg.variant and "impl" in cfg.variant
+        if group == "gpu":
+            assert {"partition", "gres", "runtime", "mem_mb"} <= set(cfg.gpu.slurm)
+            assert {"fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_tbps"} <= set(cfg.gpu.ceilings)
+    if group == "case":
+        assert _groups("case") == sorted(list_cases())
+
+
+def _run_cli(*args, cwd=REPO):
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-m", "workflow.run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["case=case99"], "Available options in 'case'"),
+    (["variant=fastest"], "Available options in 'variant'"),
+    (["gpu=a100"], "Available options in 'gpu'"),
+    (["stage=train"], "valid: correctness, timing, ncu"),
+    (["variant.params.num_warps=4"], "Key 'num_warps' is not in struct"),
+    (["case=[oops"], "no viable alternative"),
+    (["case=case07", "gpu=cpu"], "gpu=cpu runs smoke cases only"),
+])
+def test_bad_input_fails_fast_naming_the_fix(args, message, tmp_path):
+    r = _run_cli(*args, f"output_root={tmp_path}")
+    assert r.returncode != 0
+    assert message in r.stderr + r.stdout
+    assert not list(tmp_path.rglob("*.json")), "a rejected job must not write a result"
+
+
+def test_readme_smoke_command_writes_a_passing_result(tmp_path):
+    out = tmp_path / "r.json"
+    r = _run_cli("stage=correctness", "case=smoke1", "variant=eager", "gpu=cpu", f"out={out}")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["passed"] and d["status"] == "ok" and len(d["results"]) == 14
+
+
+# --- cheating variants must be caught --------------------------------------------------------------
+
+def _honest(case, weights):
+    from kernels.reference import reference_forward
+    return lambda x: reference_forward(case, weights, x)
+
+
+def _fake(name, make_run):
+    return Variant(name, prepare=lambda c, w: None, run=make_run)
+
+
+def _check(variant, name="smoke1"):
+    c = load_case(name)
+    w = make_weights(c)
+    return check_variant(c, w, variant, None, [1e-3, 1.0, 1e3], [0, 1], 0.002, 0.02, torch.device("cpu"))
+
+
+def test_honest_variant_passes_every_guard():
+    c = load_case("smoke1"); w = make_weights(c)
+    f = _honest(c, w)
+    r = _check(_fake("honest", lambda p, x: f(x)))
+    assert r["passed"] and all(v for k, v in r["guards"].items() if k != "poisoned_allocator")
+
+
+def test_result_reuse_is_caught():
+    c = load_case("smoke1"); w = make_weights(c)
+    f = _honest(c, w)
+    cache = {}
+    def run(p, x):  # computes once, then returns the first answer forever
+        if "y" not in cache:
+            cache["y"] = f(x)
+        return cache["y"]
+    r = _check(_fake("reuse", run))
+    assert not r["passed"] and not r["guards"]["distinct_outputs"]
+
+
+def test_zeros_are_caught():
+    r = _check(_fake("zeros", lambda p, x: torch.zeros_like(x)))
+    assert not r["passed"] and r["worst"]["max_abs"] > 0.1
+
+
+def test_uninitialised_output_is_caught():
+    r = _check(_fake("nan", lambda p, x: torch.full_like(x, float("nan"))))
+    assert not r["passed"] and not r["guards"]["finite"]
+
+
+def test_input_mutation_is_caught():
+    c = load_case("smoke1"); w = make_weights(c)
+    f = _honest(c, w)
+    def run(p, x):
+        y = f(x)
+        x.mul_(0.5)  # scribbles on its input after computing the right answer
+        return y
+    r = _check(_fake("mutate", run))
+    assert not r["passed"] and not r["guards"]["input_unchanged"]
+
+
+def test_output_aliasing_the_input_is_caught():
+    c = load_case("smoke1"); w = make_weights(c)
+    f = _honest(c, w)
+    def run(p, x):
+        y = f(x)
+        x.copy_(y)  # returns its input buffer, overwritten with the answer
+        return x
+    r = _check(_fake("alias", run))
+    assert not r["passed"] and (not r["guards"]["no_alias"] or not r["guards"]["input_unchanged"])
+
+
+# --- result schemas -------------------------------------------------------------------------------
+
+ENV_KEYS = {"git_commit", "hostname", "torch", "triton", "cuda", "gpu_name", "python"}
+
+
+def test_correctness_json_schema(tmp_path):
+    cfg = _compose("stage=correctness", "case=smoke2", "variant=eager_sdpa", "gpu=cpu", f"output_root={tmp_path}")
+    rec = run_job(cfg)
+    path = tmp_path / "correctness" / "cpu" / "smoke2" / "eager_sdpa.json"
+    assert json.loads(path.read_text()) == json.loads(json.dumps(rec, default=str))
+    assert rec["schema"] == "mkh.correctness/1" and rec["status"] == "ok" and rec["passed"]
+    assert {"case", "variant", "impl", "gpu", "params", "results", "guards", "worst", "reference",
+            "tolerance", "env", "config", "wall_s"} <= set(rec)
+    assert len(rec["results"]) == 14
+    assert {"scale", "seed", "passed", "max_abs", "max_rel", "frac_failing", "max_over_tol"} <= set(rec["results"][0])
+    assert ENV_KEYS <= set(rec["env"]) and rec["config"]["case"]["name"] == "smoke2"
+    assert not list(path.parent.glob(".*.tmp")), "atomic write leaves no temp file"
+
+
+def test_timing_json_schema(tmp_path):
+    cfg = _compose("stage=timing", "case=smoke1", "variant=eager", "gpu=cpu", f"output_root={tmp_path}",
+                   "timing.reps=12", "timing.anchor_reps=12")
+    rec = run_job(cfg)
+    assert rec["schema"] == "mkh.timing/1" and rec["status"] == "ok" and rec["passed"]
+    assert {"median_ms", "p20_ms", "p80_ms", "n", "warmup", "anchor", "anchor_ratio", "post_check",
+            "tflops", "gbps", "peak_bytes", "clocks_before", "clocks_after", "flags", "env", "protocol"} <= set(rec)
+    assert rec["n"] == 12 and rec["p20_ms"] <= rec["median_ms"] <= rec["p80_ms"]
+    assert rec["warmup"]["calls"] >= 10 and rec["warmup"]["ms"] >= 100
+    assert rec["anchor"]["name"] == "eager_sdpa" and rec["anchor"]["n"] == 12
+    assert rec["post_check"]["passed"]
+
+
+def test_an_unsupported_case_writes_a_result_saying_so(tmp_path):
+    cfg = _compose("stage=correctness", "case=smoke1", "variant=auto", "gpu=cpu", f"output_root={tmp_path}",
+                   "variant.params.route.seqres=no_such_variant")
+    rec = run_job(cfg)
+    assert rec["status"] == "unsupported" and not rec["passed"] and "no_such_variant" in rec["reason"]
+
+
+def test_tagged_runs_do_not_overwrite_default_results(tmp_path):
+    from workflow.run import result_path
+    a = result_path(_compose("case=smoke1", f"output_root={tmp_path}"))
+    b = result_path(_compose("case=smoke1", f"output_root={tmp_path}", "tag=w4"))
+    assert a != b and "tag/w4" in str(b)
+
+
+def test_no_family_failed_to_import():
+    from kernels.families import IMPORT_ERRORS
+    assert IMPORT_ERRORS == {}
