@@ -425,7 +425,7 @@ def plot_error_heatmap(res: Results, path: Path) -> None:
         ax.set_yticks(range(len(t.index)), t.index, fontsize=7)
         for (i, j), val in np.ndenumerate(t.to_numpy(dtype=float)):
             if val == val:
-                ax.text(j, i, f"{val:.2g}", ha="center", va="center", fontsize=6,
+                ax.text(j, i, f"{val:.1g}", ha="center", va="center", fontsize=5.5,
                         color="k", fontweight="bold" if val > 1 else "normal")
         ax.set_title(v, fontsize=9)
         ax.set_xlabel("input scale", fontsize=7)
@@ -433,6 +433,7 @@ def plot_error_heatmap(res: Results, path: Path) -> None:
         ax.set_axis_off()
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8, label="max |err| / tolerance (>1 fails)")
+    fig.subplots_adjust(wspace=0.35, hspace=0.55)
     fig.suptitle("max error over tolerance, worst seed")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -549,12 +550,12 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
     nt = ncu_table(res)
     commits = sorted({(d.get("env") or {}).get("git_commit", "?") for d in list(res.timing.values())
                       + list(res.correctness.values())})
-    gpus = sorted({str((d.get("env") or {}).get("gpu_name")) for d in res.timing.values()})
+    gpus = sorted({str((d.get("env") or {}).get("gpu_name") or "no GPU") for d in res.timing.values()})
     meta = [f"timing GPU type `{gpu}` ({', '.join(gpus) or 'no results'}), gate verdicts from `{correctness_gpu}`"
             + (f", Nsight Compute from `{ncu_gpu}`" if ncu_gpu else ""),
             f"{len(res.cases)} cases x {len(res.variants)} variants; commits: {', '.join(commits) or '-'}"]
     if overrides:
-        meta.append("Hydra overrides: " + " ".join(f"`{o}`" for o in overrides))
+        meta.append("job overrides (Hydra): " + " ".join(f"`{o}`" for o in overrides))
     md = [f"# Gated speedup report: {gpu}" + (f" ({title})" if title else ""), ""]
     md += [f"- {m}" for m in meta]
     md += ["", f"## Headline: `{h['variant']}` (geomean over cases where it passes the gate)", "",

@@ -383,11 +383,13 @@ def report_inputs(wildcards):
 def report_args(wildcards) -> str:
     """Everything the report needs to know about the run, quoted for the shell."""
     args = ["--root", RESULTS_ROOT, "--gpu", wildcards.gpu,
-            "--correctness-gpu", MATRIX["stages"]["correctness"], "--ncu-gpu", MATRIX["stages"]["ncu"],
+            "--correctness-gpu", MATRIX["stages"]["correctness"],
             "--cases", *MATRIX["cases"], "--variants", *MATRIX["variants"],
             "--variant-info", json.dumps({v: VARIANTS[v] for v in MATRIX["variants"]}),
             "--ceilings", json.dumps(gpu_config(wildcards.gpu)["ceilings"]),
             "--title", f"matrix {MATRIX['name']}" + (f", tag {TAG}" if TAG else "")]
+    if MATRIX["ncu_variants"]:
+        args += ["--ncu-gpu", MATRIX["stages"]["ncu"]]
     if JOB_OVERRIDES:
         args += ["--overrides", *JOB_OVERRIDES]
     return shell_args(args)

@@ -1,0 +1,209 @@
+"""The gated report from synthetic result JSONs: every geomean, and every exclusion with its reason.
+
+The report only reads JSON, so these tests write the files a run would have written and check the
+numbers by hand. Timing on GPU type ``h200``, gate verdicts from ``mig`` (a different GPU type on purpose:
+gated comparisons must use the correctness results, not the timing ones).
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workflow import report as R
+
+REPO = Path(__file__).resolve().parents[1]
+VARIANTS = ["eager", "eager_sdpa", "compile_default_fp32", "compile_default_tf32",
+            "compile_reduce-overhead_fp32", "auto"]
+INFO = {v: {"kind": "peer", "gated_peer": not v.endswith("_tf32")} for v in VARIANTS}
+INFO["auto"] = {"kind": "ours", "gated_peer": False}
+CEILINGS = {"fp32_tflops": 51.0, "tf32_tflops": 362.0, "bf16_tflops": 686.0, "hbm_tbps": 4.3}
+
+# (case, variant) -> (correctness status, passed, timing status, median_ms); None = no file at all
+PLAN = {
+    # c1: everything passes; the TF32 preset is fastest and even passes, but never counts as gated
+    ("c1", "eager"): ("ok", True, "ok", 10.0),
+    ("c1", "eager_sdpa"): ("ok", True, "ok", 8.0),
+    ("c1", "compile_default_fp32"): ("ok", True, "ok", 6.0),
+    ("c1", "compile_default_tf32"): ("ok", True, "ok", 2.0),
+    ("c1", "compile_reduce-overhead_fp32"): ("ok", True, "ok", 5.0),
+    ("c1", "auto"): ("ok", True, "ok", 2.5),
+    # c2: eager out of memory; the fastest compile preset fails the gate (on the correctness GPU)
+    ("c2", "eager"): ("oom", False, "oom", None),
+    ("c2", "eager_sdpa"): ("ok", True, "ok", 2.5),
+    ("c2", "compile_default_fp32"): ("ok", True, "ok", 3.0),
+    ("c2", "compile_default_tf32"): ("ok", False, "ok", 0.5),
+    ("c2", "compile_reduce-overhead_fp32"): ("ok", False, "ok", 1.0),
+    ("c2", "auto"): ("ok", True, "ok", 1.5),
+    # c3: auto fails the gate
+    ("c3", "eager"): ("ok", True, "ok", 4.0),
+    ("c3", "eager_sdpa"): ("ok", True, "ok", 3.0),
+    ("c3", "compile_default_fp32"): ("ok", True, "ok", 2.0),
+    ("c3", "compile_default_tf32"): ("ok", False, "ok", 1.0),
+    ("c3", "compile_reduce-overhead_fp32"): ("ok", True, "ok", 2.0),
+    ("c3", "auto"): ("ok", False, "ok", 0.1),
+    # c4: auto's timing result is missing
+    ("c4", "eager"): ("ok", True, "ok", 4.0),
+    ("c4", "eager_sdpa"): ("ok", True, "ok", 3.0),
+    ("c4", "compile_default_fp32"): ("ok", True, "ok", 2.0),
+    ("c4", "compile_default_tf32"): ("ok", False, "ok", 1.0),
+    ("c4", "compile_reduce-overhead_fp32"): ("ok", True, "ok", 2.0),
+    ("c4", "auto"): ("ok", True, None, None),
+}
+CASES = ["c1", "c2", "c3", "c4"]
+SCALES = [0.001, 1.0, 1000.0]
+
+
+def _write(path: Path, d: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(d))
+
+
+def _correctness(case, variant, status, passed):
+    over = 0.3 if passed else 2.5
+    results = [{"scale": s, "seed": seed, "passed": passed or s != 0.001, "max_abs": 1e-4,
+                "max_over_tol": over if s == 0.001 else over / 10} for s in SCALES for seed in (0, 1)]
+    d = {"stage": "correctness", "case": case, "variant": variant, "status": status,
+         "passed": bool(passed and status == "ok"), "reason": "" if status == "ok" else f"{status} reason"}
+    if status == "ok":
+        d.update(results=results, worst={"scale": 0.001, "seed": 0, "max_abs": 1e-4, "max_over_tol": over})
+    return d
+
+
+def _timing(case, variant, status, ms):
+    d = {"stage": "timing", "case": case, "variant": variant, "status": status, "passed": status == "ok",
+         "reason": "" if status == "ok" else f"{status}: out of memory"}
+    if status == "ok":
+        d.update(median_ms=ms, p20_ms=ms * 0.98, p80_ms=ms * 1.02, anchor_ratio=ms / 3.0,
+                 tflops=1.0 / ms, gbps=100.0 / ms, passed_post_check=True, env={"gpu_name": "H200"})
+    return d
+
+
+@pytest.fixture()
+def results_root(tmp_path):
+    root = tmp_path / "outputs"
+    for (c, v), (cs, passed, ts, ms) in PLAN.items():
+        _write(root / "correctness" / "mig" / c / f"{v}.json", _correctness(c, v, cs, passed))
+        if ts is not None:
+            _write(root / "timing" / "h200" / c / f"{v}.json", _timing(c, v, ts, ms))
+    _write(root / "ncu" / "h100_96" / "c1" / "auto.json", {
+        "status": "ok", "kernels": [{"name": "seqres_megakernel", "launches": 1, "duration_us": 2400.0,
+                                     "sm_throughput_pct": 71.0, "dram_throughput_pct": 12.0,
+                                     "achieved_occupancy_pct": 24.5, "registers": 168,
+                                     "shared_mem_bytes": 98304}]})
+    return root
+
+
+@pytest.fixture()
+def built(results_root, tmp_path):
+    res = R.load_results(results_root, "h200", "mig", "h100_96", CASES, VARIANTS)
+    out = tmp_path / "report"
+    r = R.write_report(out, res, INFO, CEILINGS, "h200", "mig", "h100_96", title="synthetic")
+    return r, out
+
+
+def _row(df, case, variant):
+    return df[(df["case"] == case) & (df["variant"] == variant)].iloc[0]
+
+
+def test_every_case_x_variant_has_a_row_with_gate_and_speedups(built):
+    r, out = built
+    df = pd.read_csv(out / "summary.csv")
+    assert len(df) == len(CASES) * len(VARIANTS)
+    assert set(zip(df["case"], df["variant"])) == {(c, v) for c in CASES for v in VARIANTS}
+    for col in ("gate", "worst_scale", "worst_seed", "median_ms", "speedup_vs_eager", "speedup_vs_compile_default",
+                "speedup_vs_best_compile", "speedup_vs_best_peer", "anchor_ratio", "tflops", "gbps",
+                "pct_of_ceiling"):
+        assert col in df.columns
+    for f in R.REPORT_FILES:
+        assert (out / f).stat().st_size > 0, f
+
+
+def test_per_case_speedups(built):
+    df = built[0]["summary"]
+    a1 = _row(df, "c1", "auto")
+    assert a1["speedup_vs_eager"] == pytest.approx(10.0 / 2.5)
+    assert a1["speedup_vs_compile_default"] == pytest.approx(6.0 / 2.5)
+    # the TF32 preset (2.0 ms, passing) is not a gated peer: fastest gated compile = reduce-overhead 5.0
+    assert a1["baseline_best_compile"] == "compile_reduce-overhead_fp32"
+    assert a1["speedup_vs_best_compile"] == pytest.approx(5.0 / 2.5)
+    assert a1["baseline_best_peer"] == "compile_reduce-overhead_fp32"
+    a2 = _row(df, "c2", "auto")
+    # reduce-overhead is fastest (1.0 ms) but fails the gate on the correctness GPU: not gated
+    assert a2["baseline_best_compile"] == "compile_default_fp32"
+    assert a2["speedup_vs_best_compile"] == pytest.approx(3.0 / 1.5)
+    assert a2["baseline_best_peer"] == "eager_sdpa"
+    assert a2["speedup_vs_best_peer"] == pytest.approx(2.5 / 1.5)
+    assert math.isnan(a2["speedup_vs_eager"])  # eager OOM
+    assert a1["anchor_ratio"] == pytest.approx(2.5 / 3.0)
+    assert _row(df, "c2", "eager")["gate"] == "oom"
+    assert _row(df, "c3", "auto")["gate"] == "fail"
+    assert _row(df, "c3", "auto")["worst_scale"] == 0.001
+
+
+def test_headline_geomeans_count_only_cases_where_auto_passes(built):
+    h = built[0]["headline"]
+    assert h["cases"]["eager"] == ["c1"]                    # c2: eager OOM, c3: gate, c4: missing
+    assert h["geomean"]["eager"] == pytest.approx(4.0)
+    assert h["cases"]["compile_default"] == ["c1", "c2"]
+    assert h["geomean"]["compile_default"] == pytest.approx(math.sqrt(2.4 * 2.0))
+    assert h["geomean"]["best_compile"] == pytest.approx(math.sqrt(2.0 * 2.0))
+    assert h["geomean"]["best_peer"] == pytest.approx(math.sqrt(2.0 * (2.5 / 1.5)))
+    assert h["n_cases"] == {"eager": 1, "compile_default": 2, "best_compile": 2, "best_peer": 2}
+
+
+def test_every_exclusion_is_listed_with_its_reason(built):
+    r, out = built
+    excl = {(c, case): why for c, case, why in r["headline"]["exclusions"]}
+    assert "peer OOM (eager)" in excl[("eager", "c2")]
+    assert "gate failed" in excl[("all", "c3")]
+    assert "missing result (auto timing)" in excl[("all", "c4")]
+    assert ("all", "c1") not in excl and ("all", "c2") not in excl
+    md = (out / "report.md").read_text()
+    for needle in ("peer OOM (eager)", "gate failed", "missing result (auto timing)", "Missing results (1)",
+                   "seqres_megakernel"):
+        assert needle in md
+    assert r["missing"] == [("timing", "c4", "auto", str(Path(r["missing"][0][3])))]
+
+
+def test_missing_result_is_a_clear_error_from_the_cli(results_root, tmp_path):
+    out = tmp_path / "cli-report"
+    args = [sys.executable, "-m", "workflow.report", "--root", str(results_root), "--gpu", "h200",
+            "--correctness-gpu", "mig", "--cases", *CASES, "--variants", *VARIANTS,
+            "--variant-info", json.dumps(INFO), "--ceilings", json.dumps(CEILINGS), "--out-dir", str(out)]
+    p = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr           # a warning by default: the report is still written
+    assert "missing timing result for c4 x auto" in p.stderr
+    p = subprocess.run(args + ["--strict"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 1 and "1 expected result(s) missing" in p.stderr
+    assert (out / "summary.csv").exists()
+
+
+def test_post_timing_check_failure_is_not_gated(results_root, tmp_path):
+    p = results_root / "timing" / "h200" / "c1" / "compile_reduce-overhead_fp32.json"
+    d = json.loads(p.read_text())
+    d["passed_post_check"] = False
+    p.write_text(json.dumps(d))
+    res = R.load_results(results_root, "h200", "mig", None, CASES, VARIANTS)
+    df = R.build_summary(res, INFO, CEILINGS)
+    a1 = _row(df, "c1", "auto")
+    assert a1["baseline_best_compile"] == "compile_default_fp32"
+    assert a1["baseline_best_peer"] == "compile_default_fp32"
+
+
+def test_binding_ceiling():
+    assert R.binding_ceiling(1.0, CEILINGS) == ("HBM", pytest.approx(4.3))
+    name, roof = R.binding_ceiling(1e4, CEILINGS)
+    assert name == "bf16/3" and roof == pytest.approx(686.0 / 3)
+
+
+def test_error_table_takes_the_worst_seed(results_root):
+    res = R.load_results(results_root, "h200", "mig", None, CASES, VARIANTS)
+    et = R.error_table(res)
+    row = et[(et["variant"] == "auto") & (et["case"] == "c3") & (et["scale"] == 0.001)]
+    assert row["max_over_tol"].item() == pytest.approx(2.5)
