@@ -261,6 +261,7 @@ AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$RUN/munge.socket
 AccountingStorageEnforce=associations
 AccountingStorageTRES=$tres
+AccountingStoreFlags=job_comment
 MailProg=/bin/true
 MinJobAge=300
 KillWait=10
@@ -333,6 +334,31 @@ remove_devices() {
         [[ $path == /dev/mkhgpu_* && -c $path ]] && rm -f "$path"
     done <"$RUN/devices"
     rm -f "$RUN/devices"
+}
+# /etc/slurm/slurm.conf -> our slurm.conf, when no system config exists. Needed for Snakemake: inside each
+# job, snakemake-executor-plugin-slurm-jobstep (0.6.1) strips every SLURM_* variable, SLURM_CONF included,
+# before it calls srun, so srun reads /etc/slurm/slurm.conf. Removed again by `down`.
+ETC_LINK=/etc/slurm/slurm.conf
+link_etc() {
+    [[ ${MKH_SLURM_LINK_ETC:-1} == 1 ]] || { say "etc: not linking $ETC_LINK (MKH_SLURM_LINK_ETC=0)"; return 0; }
+    if [[ -L $ETC_LINK && $(readlink "$ETC_LINK") == "$CONF" ]]; then
+        return 0
+    elif [[ -e $ETC_LINK || -L $ETC_LINK ]]; then
+        say "WARNING: $ETC_LINK exists and is not ours: sbatch/sacct here need SLURM_CONF=$CONF, and" \
+            "srun inside Snakemake jobs (which drop SLURM_CONF) will talk to the cluster of $ETC_LINK."
+        return 0
+    fi
+    mkdir -p "$(dirname "$ETC_LINK")"
+    ln -s "$CONF" "$ETC_LINK"
+    echo "$ETC_LINK" >"$RUN/etc-link"
+    say "etc: linked $ETC_LINK -> $CONF (srun inside Snakemake jobs reads it)"
+}
+unlink_etc() {
+    if [[ -f $RUN/etc-link && -L $ETC_LINK && $(readlink "$ETC_LINK") == "$CONF" ]]; then
+        rm -f "$ETC_LINK"
+        say "etc: removed the link $ETC_LINK"
+    fi
+    rm -f "$RUN/etc-link"
 }
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 check_port() { # check_port PORT DAEMON VARIABLE
@@ -467,6 +493,7 @@ cmd_up() {
     local changed
     changed=$(install_configs)
     export SLURM_CONF=$CONF
+    link_etc
     if [[ -z $changed ]] && all_up; then
         say "cluster '$CLUSTER' is already up (node $NODE $(node_state)); nothing to do"
     else
@@ -507,6 +534,7 @@ cmd_down() {
     local i
     for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do stop_daemon "${DAEMONS[i]}"; done
     remove_devices
+    unlink_etc
     say "cluster '$CLUSTER' is down (state kept in $STATE; 'purge' deletes it)"
 }
 cmd_purge() {
@@ -531,6 +559,9 @@ cmd_status() {
         alive slurmdbd && sacctmgr -nP show assoc format=cluster,account,user 2>&1 | sed 's/^/    assoc /' >&2 || true
     fi
     all_up || ok=1
+    if [[ ${MKH_SLURM_LINK_ETC:-1} == 1 ]] && ! [[ -L $ETC_LINK && $(readlink "$ETC_LINK") == "$CONF" ]]; then
+        say "$ETC_LINK does not point to $CONF: srun inside Snakemake jobs will not find this cluster"
+    fi
     if ((ok == 0)); then say "cluster '$CLUSTER' is up; $(print_env)"; else say "cluster '$CLUSTER' is not (fully) up; start it with: sudo bash job-scripts/cluster.sh up"; fi
     return $ok
 }
