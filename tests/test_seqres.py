@@ -14,6 +14,19 @@ from kernels import Case, Unsupported, gate, get_variant, load_case, make_input,
 from kernels.reference import reference_forward  # noqa: E402
 from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
+from kernels.common.tl_helpers import layernorm_stats, layernorm_stats_chunked  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+@triton.jit
+def _stats_diff_kernel(x, o_mean, o_rstd, M: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, CH: tl.constexpr):
+    offs = tl.arange(0, BM)
+    mm = offs < M
+    m1, r1 = layernorm_stats(x, offs, mm, D, D, BM, 16, 1e-5, "")
+    m2, r2 = layernorm_stats_chunked(x, offs, mm, D, D, BM, CH, 1e-5, "")
+    tl.store(o_mean + offs, m1 - m2, mask=mm)
+    tl.store(o_rstd + offs, (r1 - r2) / r1, mask=mm)
+
 
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 
@@ -64,7 +77,9 @@ def test_odd_shape_passes_gate(causal):
     dict(seqs_per_program=2, block_m_ln=8),                       # two sequences per program
     dict(block_n=32, block_k=16, block_q=16, block_kv=16),        # several tiles / key blocks per phase
     dict(fast_layers=1, prec_fast="tf32"),                        # per-layer precision split compiles/runs
-], ids=["flags", "G2", "small-tiles", "fast-last-layer"])
+    dict(ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
+    dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
+], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -114,6 +129,19 @@ def test_schedule_respects_co_residency():
     assert meta["R"] == 1 and not meta["FLAGS"]
     meta, _, _ = prepare_meta(load_case(6), n_sm=132, seqs_per_program=0)
     assert meta["G"] == 1 or 256 // meta["G"] <= 2 * 132
+
+
+@needs_backend
+def test_chunked_layernorm_stats_match_two_pass():
+    """layernorm_stats_chunked (one round of loads, Chan's combination) == layernorm_stats, incl. a ragged
+    last chunk and rows far from zero mean, at 1e-3 and 1e3 scales."""
+    dev = _device()
+    for D, CH in ((40, 16), (48, 32), (128, 64)):
+        for scale in (1e-3, 1e3):
+            x = ((torch.randn(12, D) + 3.0) * scale).to(dev)
+            dm, dr = torch.zeros(12, device=dev), torch.zeros(12, device=dev)
+            _stats_diff_kernel[(1,)](x, dm, dr, 12, D, 16, CH)
+            assert float(dm.abs().max()) <= 1e-6 * scale * 4 and float(dr.abs().max()) <= 1e-6
 
 
 def test_gate_catches_a_wrong_kernel():

@@ -86,6 +86,37 @@ def layernorm_stats(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: t
 
 
 @triton.jit
+def layernorm_stats_chunked(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                            CHUNK: tl.constexpr, EPS: tl.constexpr, CACHE: tl.constexpr):
+    """Same result as ``layernorm_stats`` (mean, rstd of [BLOCK_M, D] rows in global memory) in ONE round
+    of memory latency: the CHUNK-wide column chunks are unrolled (independent loads), each reduced to its
+    own mean and centred sum of squares, and combined with Chan et al.'s parallel formula (stable; no
+    E[x^2] - mean^2 cancellation). (seqres)"""
+    NCH: tl.constexpr = (D + CHUNK - 1) // CHUNK
+    mean = tl.zeros((BLOCK_M,), tl.float32)
+    m2 = tl.zeros((BLOCK_M,), tl.float32)
+    for c in tl.static_range(NCH):
+        offs_k = c * CHUNK + tl.arange(0, CHUNK)
+        m = mask_m[:, None] & (offs_k[None, :] < D)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_m + offs_k[None, :], mask=m, other=0.0,
+                    cache_modifier=CACHE)
+        n_b = tl.sum((offs_k < D).to(tl.float32), axis=0)  # valid columns of this chunk
+        mean_b = tl.sum(x, axis=1) / n_b
+        xc = tl.where(m, x - mean_b[:, None], 0.0)
+        m2_b = tl.sum(xc * xc, axis=1)
+        if c == 0:
+            mean = mean_b
+            m2 = m2_b
+        else:
+            n_a = c * CHUNK
+            delta = mean_b - mean
+            mean = mean + delta * (n_b / (n_a + n_b))
+            m2 = m2 + m2_b + delta * delta * (n_a * n_b / (n_a + n_b))
+    rstd = 1.0 / tl.sqrt(m2 / D + EPS)
+    return mean, rstd
+
+
+@triton.jit
 def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr, BLOCK_R: tl.constexpr):
     """Barrier of the R co-resident CTAs that share ``flags_ptr[0:R]`` (int32, monotonic). (seqres)
 

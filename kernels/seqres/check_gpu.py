@@ -30,15 +30,16 @@ SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 SEEDS = (0, 1)
 CASES = (1, 5, 6, 7, 9, 10, 11)
 FASTEST_PEER_MS = {1: 1.73, 5: 0.24, 6: 0.66, 7: 1.08, 9: 1.37, 10: 1.37, 11: 0.50}  # SPEC §9 (H200)
-_BF = dict(prec_qkv="bf16x3", prec_attn="bf16x3", prec_o="bf16x3", prec_ffn1="bf16x3", prec_ffn2="bf16x3")
+_CB = dict(ln_stats="chunked", tile_order="blocked")
 SWEEP = {  # name -> overrides of the yaml defaults, in the order tried
-    "bf16x3_split": dict(_BF, split=0),
-    "split": dict(split=0),
-    "bf16x3_split_w8": dict(_BF, split=0, num_warps=8),
-    "bf16x3_split_fast1": dict(_BF, split=0, fast_layers=1, prec_fast="tf32"),
-    "bf16x3": dict(_BF),
-    "split_w8": dict(split=0, num_warps=8),
-    "tf32_split_speed_only": dict(split=0, fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
+    "chunked_blocked": dict(_CB),
+    "chunked_blocked_s3": dict(_CB, num_stages=3),
+    "chunked_blocked_2cta": dict(_CB, ctas_per_sm=2, max_split=16),
+    "chunked_blocked_bk64": dict(_CB, block_k=64),
+    "chunked_blocked_s3_2cta": dict(_CB, num_stages=3, ctas_per_sm=2, max_split=16),
+    "tf32x3": dict(prec_qkv="tf32x3", prec_attn="tf32x3", prec_o="tf32x3", prec_ffn1="tf32x3", prec_ffn2="tf32x3"),
+    "w8": dict(num_warps=8),
+    "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
 
@@ -120,7 +121,7 @@ def main(argv=None):
                 if time.time() - t_start > a.budget_s:
                     break
                 case, w = prepared[n]
-                if over.get("fast_layers") == -1:
+                if over.get("fast_layers") == -1:  # every layer (and attention) in plain tf32
                     over = dict(over, fast_layers=case.L, prec_attn="tf32")
                 try:
                     rec = check_one(case, w, dict(base, **over))

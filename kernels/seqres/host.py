@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from ..cases import Case
+import yaml
+
+from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
 from .megakernel import BARRIERS_PER_LAYER, _seqres_fwd
@@ -65,17 +67,21 @@ def _check_precision(name: str, value: str) -> str:
     return value
 
 
-DEFAULTS = dict(
-    num_warps=4, num_stages=2, block_m=64, block_n=64, block_k=32, block_q=64, block_kv=64, block_m_ln=16,
-    seqs_per_program=1, split=1, max_split=8, flag_barrier=False, spin_limit=0,
-    prec_qkv="tf32x3", prec_attn="tf32x3", prec_o="tf32x3", prec_ffn1="tf32x3", prec_ffn2="tf32x3",
-    fast_layers=0, prec_fast="tf32", max_seq=1024, max_d=2048, scratch_limit_gib=8.0,
-)
+def _yaml_defaults() -> dict:
+    """The parameters of ``config/variant/seqres.yaml``: the one place defaults live."""
+    with open(config_dir() / "variant" / "seqres.yaml") as f:
+        return dict(yaml.safe_load(f)["params"])
 
 
-def prepare_meta(case: Case, n_sm: int, interpret: bool = False, **params) -> tuple[dict, dict, dict]:
+DEFAULTS = _yaml_defaults()
+
+
+def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | None = None,
+                 **params) -> tuple[dict, dict, dict]:
     """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
-    info). Raises Unsupported outside the envelope. Device-free, so ``aot_check`` can use it."""
+    info). ``n_slots``: CTAs that are proven co-resident (default ``n_sm``: one per SM, true of any kernel
+    that launches at all; ``prepare`` raises it from the compiled kernel's occupancy when
+    ``ctas_per_sm`` > 1). Raises Unsupported outside the envelope. Device-free, so ``aot_check`` can use it."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"seqres: unknown parameters {sorted(unknown)}; valid: {sorted(DEFAULTS)}")
@@ -89,6 +95,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, **params) -> tu
         raise Unsupported(f"seqres: scratch of {scratch_bytes / 2**30:.1f} GiB > {o['scratch_limit_gib']} GiB")
     precs = {k: _check_precision(k, o[k]) for k in ("prec_qkv", "prec_attn", "prec_o", "prec_ffn1", "prec_ffn2",
                                                      "prec_fast")}
+    if interpret:  # the interpreter computes fp32 and accepts only ieee | tf32 | tf32x3
+        precs = {k: "ieee" if v == "bf16x3" else v for k, v in precs.items()}
     fast_layers = int(o["fast_layers"])
     if not 0 <= fast_layers <= L:
         raise ValueError(f"seqres: fast_layers={fast_layers} not in [0, L={L}]")
@@ -100,17 +108,19 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, **params) -> tu
     if B % G:
         raise ValueError(f"seqres: seqs_per_program={G} does not divide B={B}")
     n_groups = B // G
+    n_slots = n_sm if n_slots is None else int(n_slots)
     R = int(o["split"])
     if R <= 0:
-        R = max(1, min(int(o["max_split"]), n_sm // n_groups))
-    info = {"n_sm": n_sm}
+        R = max(1, min(int(o["max_split"]), n_slots // n_groups))
+    info = {"n_sm": n_sm, "n_slots": n_slots}
     if interpret and R > 1:
         info["split_note"] = f"split={R} needs co-resident programs; the interpreter runs them in order: using 1"
         R = 1
-    if R > 1 and n_groups * R > n_sm:
+    if R > 1 and n_groups * R > n_slots:
         # co-residency: every program of a group must be resident while its peers spin. Guaranteed
-        # with at most one program per SM (grid <= SMs) whatever the kernel's occupancy.
-        info["split_note"] = f"split={R}: grid {n_groups * R} > {n_sm} SMs cannot be proven co-resident; using 1"
+        # with grid <= n_slots (one program per SM, or the measured occupancy; see prepare).
+        info["split_note"] = (f"split={R}: grid {n_groups * R} > {n_slots} co-resident slots cannot be proven "
+                              "co-resident; using 1")
         R = 1
     M = G * S
     dh = case.dh
@@ -120,6 +130,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, **params) -> tu
         BM=_block(o["block_m"], M), BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
         BQ=_block(o["block_q"], S), BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
+        LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
+        BLOCKED={"strided": False, "blocked": True}[o["tile_order"]],
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -135,13 +147,16 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     ``seqs_per_program`` (G): consecutive sequences one group owns; 0 = auto (smallest G with at most
     ``2 * SMs`` groups). ``split`` (R): co-resident programs per group sharing every phase's tiles through
     flag barriers; 0 = auto (as many as fit on the SMs, at most ``max_split``); forced to 1 under the
-    interpreter and when the grid would exceed the SM count. ``flag_barrier`` runs the flag protocol even
-    when R == 1 (tests). ``fast_layers``: the last layers whose four GEMMs use ``prec_fast``."""
+    interpreter and when the grid would exceed the proven co-resident slots: one per SM, or with
+    ``ctas_per_sm`` > 1 the compiled kernel's measured occupancy (at most ``ctas_per_sm``) per SM.
+    ``flag_barrier`` runs the flag protocol even when R == 1 (tests). ``fast_layers``: the last layers
+    whose four GEMMs use ``prec_fast``."""
     dev = weights.device
     if dev.type != "cuda" and not interpreting():
         raise Unsupported("seqres needs a CUDA device, or TRITON_INTERPRET=1 set before importing kernels")
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-    meta, launch, info = prepare_meta(case, n_sm, interpreting(), **params)
+    cps = int(params.get("ctas_per_sm", DEFAULTS["ctas_per_sm"]))
+    meta, launch_opts, info = prepare_meta(case, n_sm, interpreting(), n_slots=n_sm * max(1, cps), **params)
     B, S, D = case.B, case.S, case.D
     tensors = [
         _stack(weights, "ln1_w"), _stack(weights, "ln1_b"),
@@ -156,11 +171,54 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))
     n_groups = B // meta["G"]
-    return SeqresPrepared(
-        case=case, tensors=tensors, scratch=scratch,
-        flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
-        err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch,
-        qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
+
+    def make(meta, launch_opts, info):
+        return SeqresPrepared(
+            case=case, tensors=tensors, scratch=scratch,
+            flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
+            err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
+            qk_scale=math.log2(math.e) / math.sqrt(case.dh),
+            spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
+
+    p = make(meta, launch_opts, info)
+    if dev.type == "cuda" and cps > 1 and meta["R"] > 1:
+        # more than one program per SM: prove co-residency from the compiled kernel's occupancy, and
+        # shrink the split until the grid fits the proven slots (R changes the binary: recheck)
+        for _ in range(4):
+            occ = occupancy(compile_only(p), launch_opts["num_warps"], dev)
+            p.info["occupancy"] = occ
+            if p.meta["R"] == 1 or p.grid[0] <= n_sm * occ:
+                break
+            meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, min(occ, cps)),
+                                                   **params)
+            info["occupancy"] = occ
+            p = make(meta, launch_opts, info)
+        else:
+            raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
+    return p
+
+
+def compile_only(p: SeqresPrepared):
+    """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
+    x = p.scratch["a"]
+    k = _seqres_fwd.warmup(x, x, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors, p.flags, p.err,
+                           1, 0, p.qk_scale, grid=p.grid, **p.meta, **p.launch)
+    k._init_handles()
+    return k
+
+
+def occupancy(k, num_warps: int, dev) -> int:
+    """Resident CTAs per SM of compiled kernel ``k`` (registers in 256-per-warp units, shared memory
+    plus 1 KiB reserved per CTA, threads), from the device's per-SM limits."""
+    props = torch.cuda.get_device_properties(dev)
+    regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
+    smem_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
+    thr_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+    regs_warp = -(-k.n_regs * 32 // 256) * 256
+    by_regs = regs_sm // max(1, regs_warp * num_warps)
+    by_smem = smem_sm // (k.metadata.shared + 1024)
+    by_thr = thr_sm // (32 * num_warps)
+    return max(0, min(by_regs, by_smem, by_thr, 32))
 
 
 def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):

@@ -27,7 +27,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import gelu_erf, group_barrier, layernorm_rows, layernorm_stats
+from ..common.tl_helpers import (gelu_erf, group_barrier, layernorm_rows, layernorm_stats,
+                                 layernorm_stats_chunked)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -68,6 +69,18 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
 
 
 @triton.jit
+def _row_stats(a_ptr, rows, mask_m, K: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+               LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, CM: tl.constexpr):
+    """LayerNorm (mean, rstd) of rows ``rows`` of a [*, K] block: two-pass loops (LN_STATS == 0) or one
+    unrolled round of loads with Chan's combination (LN_STATS == 1)."""
+    if LN_STATS == 0:
+        mean, rstd = layernorm_stats(a_ptr, rows, mask_m, K, K, BM, BK, LN_EPS, CM)
+    else:
+        mean, rstd = layernorm_stats_chunked(a_ptr, rows, mask_m, K, K, BM, LN_CHUNK, LN_EPS, CM)
+    return mean, rstd
+
+
+@triton.jit
 def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                   lnw_ptr, lnb_ptr,  # [K] LayerNorm applied to A on load (when LN)
                   w_ptr,            # [K, N] fp32 weight, transposed
@@ -77,24 +90,64 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                   row0, rank,
                   M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                   LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
-                  R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
-    """o = epilogue([LN](a) @ w + b) over the group's M rows, [BM, BN] tiles round-robin over R programs."""
+                  R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
+                  LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr):
+    """o = epilogue([LN](a) @ w + b) over the group's M rows in [BM, BN] tiles shared by the R programs:
+    round-robin (tile i * R + rank) or, when BLOCKED, a contiguous run of tiles per program (row-major,
+    so consecutive tiles share a row block and the LN statistics are computed once per row block)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
-    # constexpr trip counts (the interpreter cannot loop from a runtime bound); tile t = i * R + rank
-    for i in range(0, (NT + R - 1) // R):
-        t = i * R + rank
-        if NT % R == 0:
-            _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N, t % NT_N,
-                         M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
-        else:
+    TPP: tl.constexpr = (NT + R - 1) // R
+    # constexpr trip counts (the interpreter cannot loop to a runtime bound inside a device function)
+    if BLOCKED:
+        prev_tm = tl.full((), -1, tl.int32)
+        mean = tl.zeros((BM,), tl.float32)
+        rstd = tl.zeros((BM,), tl.float32)
+        for i in range(0, TPP):
+            t = rank * TPP + i
+            tm = t // NT_N
             if t < NT:
-                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N, t % NT_N,
+                if LN:
+                    if tm != prev_tm:
+                        offs_m = tm * BM + tl.arange(0, BM)
+                        mean, rstd = _row_stats(a_ptr, row0 + offs_m, offs_m < M, K, BM, BK, LN_STATS,
+                                                LN_CHUNK, CM)
+                        prev_tm = tm
+                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N, mean, rstd,
                              M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
+    else:
+        for i in range(0, TPP):
+            t = i * R + rank
+            if NT % R == 0:
+                _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N, t % NT_N,
+                                   M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM, LN_STATS, LN_CHUNK)
+            else:
+                if t < NT:
+                    _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
+                                       t % NT_N, M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM, LN_STATS,
+                                       LN_CHUNK)
+
+
+@triton.jit
+def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+                       M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                       LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
+                       LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr):
+    """``_linear_tile`` with the tile's own LN statistics (round-robin order)."""
+    offs_m = tm * BM + tl.arange(0, BM)
+    if LN:
+        mean, rstd = _row_stats(a_ptr, row0 + offs_m, offs_m < M, K, BM, BK, LN_STATS, LN_CHUNK, CM)
+    else:
+        mean = tl.zeros((BM,), tl.float32)
+        rstd = mean
+    _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
+                 M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
 
 
 @triton.jit
 def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+                 mean, rstd,        # [BM] LN statistics of the tile's rows (when LN)
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
@@ -104,8 +157,6 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
     mask_m = offs_m < M
     mask_n = offs_n < N
     rows = row0 + offs_m
-    if LN:
-        mean, rstd = layernorm_stats(a_ptr, rows, mask_m, K, K, BM, BK, LN_EPS, CM)
     acc = tl.zeros((BM, BN), tl.float32)
     for k0 in range(0, K, BK):
         offs_k = k0 + tl.arange(0, BK)
@@ -219,23 +270,28 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
            BDH: tl.constexpr, CM: tl.constexpr,
+           LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr,
            P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
            P_FFN2: tl.constexpr):
     """One encoder layer for the group; ``bar`` is the flag target of this layer's first barrier."""
     M: tl.constexpr = G * S
     _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (D * 3 * D), bqkv_ptr + l * (3 * D),
-                  y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, R, BM, BN, BK, CM)
+                  y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, R, BM, BN, BK, CM,
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (D * D), bo_ptr + l * D,
-                  y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, R, BM, BN, BK, CM)
+                  y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, R, BM, BN, BK, CM,
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (D * 4 * D), b1_ptr + l * (4 * D),
-                  y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, R, BM, BN, BK, CM)
+                  y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, R, BM, BN, BK, CM,
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (4 * D * D), b2_ptr + l * D,
-                  y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, R, BM, BN, BK, CM)
+                  y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, R, BM, BN, BK, CM,
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
 
 
@@ -266,6 +322,7 @@ def _seqres_fwd(
     R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
+    LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -288,13 +345,13 @@ def _seqres_fwd(
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                    flags_ptr, err_ptr, spin_limit, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
+                   LN_STATS, LN_CHUNK, BLOCKED, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
     if L_FAST > 0:
         for l in range(L - L_FAST, L):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                    flags_ptr, err_ptr, spin_limit, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
+                   LN_STATS, LN_CHUNK, BLOCKED, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
