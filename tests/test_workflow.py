@@ -251,12 +251,17 @@ def test_ncu_missing_is_a_clear_error(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
     from workflow.stages import ncu
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(ncu, "find_ncu", lambda exe: None)
     cfg = OmegaConf.create({"ncu": {"executable": "ncu", "clock_control": "none"}})
     ctx = SimpleNamespace(cfg=cfg, device=SimpleNamespace(type="cuda"))
     with pytest.raises(SystemExit, match="Nsight Compute .* is not on PATH"):
         ncu.job(ctx, tmp_path / "x.json")
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         ncu.job(SimpleNamespace(cfg=cfg, device=SimpleNamespace(type="cpu")), tmp_path / "x.json")
+    # ncu.required=false (the quick matrix): the failure becomes the recorded result, not a failed job
+    cfg.ncu.required = False
+    with pytest.raises(ncu.NcuError, match="not on PATH"):
+        ncu.job(ctx, tmp_path / "x.json")
 
 
 def test_ncu_command_leaves_clocks_alone(tmp_path):

@@ -369,11 +369,12 @@ def plot_time_per_case(df: pd.DataFrame, path: Path) -> None:
         _empty(ax, "no timing results")
     else:
         markers = "osD^v<>ph*XP8H"
+        nv = max(1, df["variant"].nunique())
         for i, (v, g) in enumerate(df.groupby("variant", sort=False)):
             g = g.dropna(subset=["median_ms"])
             if not len(g):
                 continue
-            xs = [cases.index(c) for c in g["case"]]
+            xs = [cases.index(c) + 0.5 * (i / nv - 0.5) for c in g["case"]]
             m = markers[i % len(markers)]
             ok = g["usable"].tolist()
             line, = ax.plot([x for x, o in zip(xs, ok) if o], g["median_ms"][g["usable"]], m, label=v, ls="none")
@@ -382,10 +383,9 @@ def plot_time_per_case(df: pd.DataFrame, path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xticks(range(len(cases)), cases, rotation=45, ha="right")
         ax.set_ylabel("median time (ms, log)")
-        ax.set_title("time per case (hollow: fails the gate or the post-timing check)")
-        ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        ax.set_title("median time per case (hollow: not gated)")
+        ax.legend(fontsize=7, ncol=1, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -616,7 +616,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cgpu = a.correctness_gpu or a.gpu
     res = load_results(a.root, a.gpu, cgpu, a.ncu_gpu, a.cases, a.variants)
-    info = json.loads(a.variant_info) if a.variant_info else default_variant_info(res.variants)
+    info = json.loads(a.variant_info) if a.variant_info else {}
+    unknown = [v for v in res.variants if v not in info]
+    if unknown:
+        info.update(default_variant_info(unknown))
     ceilings = json.loads(a.ceilings) if a.ceilings else ceilings_of(a.gpu)
     out = a.out_dir or str(Path(a.root) / "report" / a.gpu)
     r = write_report(out, res, info, ceilings, a.gpu, cgpu, a.ncu_gpu, a.title, a.overrides)

@@ -10,8 +10,10 @@ where the child prepares the variant, warms it up (compilation, autotuning) and 
 with cudaProfilerStart/Stop (plus an NVTX range ``mkh_profile``), so only that call's kernels are
 profiled. Then ``ncu --import <rep> --csv --page raw`` is parsed into a summary per kernel: duration, SM
 and DRAM throughput (% of peak), achieved occupancy, registers per thread, shared memory per block.
-Missing ncu, missing GPU, or an ncu failure (e.g. ERR_NVGPUCTRPERM: no access to the counters) stop the
-job with a clear error and no result file.
+A missing GPU stops the job (no result file). Missing ncu or an ncu failure (e.g. ERR_NVGPUCTRPERM or
+LibraryNotLoaded: no access to the counters) stops it too with a clear error, unless ``ncu.required=false``
+(the quick matrix sets it): then the failure is recorded as the result (status "error", the reason
+spelled out), so the rest of the run and the report still complete.
 """
 from __future__ import annotations
 
@@ -126,15 +128,39 @@ def ncu_command(exe: str, ncfg, rep: Path, target_cfg: Path) -> list[str]:
     return cmd + [sys.executable, "-m", "workflow.ncu_target", str(target_cfg)]
 
 
+class NcuError(RuntimeError):
+    """ncu missing or failing; recorded as the job's result when ncu.required is false."""
+
+
+def find_ncu(executable: str) -> str | None:
+    """``executable`` on PATH (or as a path), else the usual install locations of Nsight Compute."""
+    exe = shutil.which(executable)
+    if exe or os.sep in executable:
+        return exe
+    import glob
+    for pattern in (os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ncu"),
+                    "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu"):
+        hits = sorted(glob.glob(pattern))
+        if hits and os.access(hits[-1], os.X_OK):
+            return hits[-1]
+    return None
+
+
+def _fail(ncfg, msg: str):
+    if ncfg.get("required", True):
+        raise SystemExit(msg)
+    raise NcuError(msg.removeprefix("error: "))
+
+
 def job(ctx, out_path) -> dict:
     """The ncu job for one case x variant (``ctx``: workflow.run.JobContext); returns the JSON body."""
     from omegaconf import OmegaConf
     ncfg = ctx.cfg.ncu
     if ctx.device.type != "cuda":
         raise SystemExit("error: the ncu stage needs a CUDA GPU (gpu=local|h200|h100_96|...)")
-    exe = shutil.which(str(ncfg.executable))
+    exe = find_ncu(str(ncfg.executable))
     if exe is None:
-        raise SystemExit(f"error: Nsight Compute ({ncfg.executable!r}) is not on PATH. Install Nsight "
+        _fail(ncfg, f"error: Nsight Compute ({ncfg.executable!r}) is not on PATH. Install Nsight "
                          "Compute (it ships with the CUDA toolkit: <cuda>/bin/ncu), set ncu.executable=<path>, "
                          "or leave the ncu stage out: snakemake --config ncu=false")
     out_path = Path(out_path)
@@ -151,18 +177,20 @@ def job(ctx, out_path) -> dict:
     sys.stderr.write(tail + "\n")
     if p.returncode != 0 or not rep.exists():
         hint = ""
+        if "LibraryNotLoaded" in tail:
+            hint = " ncu could not load its profiling library here (seen on gVisor sandboxes: no counters)."
         if "ERR_NVGPUCTRPERM" in tail:
             hint = (" The GPU's performance counters are restricted to admin users (ERR_NVGPUCTRPERM): "
                     "run as root or set NVreg_RestrictProfilingToAdminUsers=0.")
-        raise SystemExit(f"error: ncu failed (exit {p.returncode}) for {ctx.case.name} x {ctx.cfg.variant.name}."
+        _fail(ncfg, f"error: ncu failed (exit {p.returncode}) for {ctx.case.name} x {ctx.cfg.variant.name}."
                          f"{hint}\n--- ncu output (tail) ---\n{tail[-2000:]}")
     imp = subprocess.run([exe, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
                          capture_output=True, text=True)
     if imp.returncode != 0:
-        raise SystemExit(f"error: ncu --import {rep} failed (exit {imp.returncode}): {imp.stderr[-2000:]}")
+        _fail(ncfg, f"error: ncu --import {rep} failed (exit {imp.returncode}): {imp.stderr[-2000:]}")
     launches = parse_raw_csv(imp.stdout)
     if not launches:
-        raise SystemExit(f"error: ncu profiled no kernels in the marked call ({rep}); "
+        _fail(ncfg, f"error: ncu profiled no kernels in the marked call ({rep}); "
                          f"output tail:\n{tail[-2000:]}")
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     kernels = summarize_kernels(launches)
