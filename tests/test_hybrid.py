@@ -91,7 +91,7 @@ def test_act_split_matches_torch(M, N, block_n, gelu):
 
 # --- QKV -> head-major hi/lo planes ---------------------------------------------------------------
 
-@pytest.mark.parametrize("B,S,H,dh,block_s", [(1, 128, 2, 32, 64), (2, 100, 6, 64, 64)])
+@pytest.mark.parametrize("B,S,H,dh,block_s", [(1, 128, 2, 32, 64), (2, 100, 6, 64, None)])
 def test_qkv_split_is_head_major(B, S, H, dh, block_s):
     D = H * dh
     qkv = torch.randn(B * S, 3 * D, generator=torch.Generator().manual_seed(S)).to(DEV)
@@ -187,6 +187,15 @@ def test_yaml_params_are_prepare_keywords():
     assert cfg["impl"] == "hybrid"
     kw = set(inspect.signature(prepare).parameters) - {"case", "weights"}
     assert set(cfg["params"]) == kw
+
+
+def test_attention_tiles_per_head_dim():
+    from kernels.hybrid.model import per_head_dim
+    assert per_head_dim(64, 128) == 64
+    assert per_head_dim({128: 32, "default": 64}, 128) == 32
+    assert per_head_dim({"128": 32, "default": 64}, 64) == 64
+    with pytest.raises(ValueError):
+        per_head_dim({128: 32}, 64)
 
 
 def test_layer_overrides():

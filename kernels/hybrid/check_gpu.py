@@ -4,6 +4,8 @@ step) and prints a table. Not a pipeline stage: the numbers feed docs/hybrid.md.
 
     python -m kernels.hybrid.check_gpu --cases 8 13 14 --budget 210
     TRITON_INTERPRET=1 python -m kernels.hybrid.check_gpu --cases smoke3 --scales 1e-3 1 --seeds 0
+    TRITON_INTERPRET=1 python -m kernels.hybrid.check_gpu --cases 13 --proxy-B 1 --proxy-S 512 --attn-bench
+        (CPU precision proxy: the real D, H, L and weights of case 13 at a shorter sequence)
 """
 from __future__ import annotations
 
@@ -30,9 +32,14 @@ SCHEMES = {
     "default": {},
     "last_tf32gemm": {"overrides": {"last": {"gemm": "tf32"}}},
     "last_qk2a": {"overrides": {"last": {"qk_prec": "bf16x2a"}}},
+    "attn_bn128": {"attn_block_n": {128: 32, "default": 128}},
     "sdpa_fp32": {"attention": "sdpa_fp32"},
     "fp32gemm": {"gemm": "fp32"},
+    # attention precision sweep (CPU interpreter reproduces the bf16 products exactly)
+    "qk2a": {"qk_prec": "bf16x2a"}, "qk2b": {"qk_prec": "bf16x2b"}, "qk1": {"qk_prec": "bf16"},
+    "pv2a": {"pv_prec": "bf16x2a"}, "pv2b": {"pv_prec": "bf16x2b"}, "pv1": {"pv_prec": "bf16"},
 }
+GPU_SCHEMES = ["default", "last_tf32gemm", "attn_bn128", "sdpa_fp32", "fp32gemm"]
 
 # (block_m, block_n, warps, stages, qk_prec, pv_prec); the first is the yaml default
 ATTN_CONFIGS = [
@@ -110,13 +117,17 @@ def breakdown(p, x, path: str, log) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="+", default=["8", "13", "14"])
-    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES))
+    ap.add_argument("--schemes", nargs="+", default=GPU_SCHEMES, help=f"of {', '.join(SCHEMES)}")
     ap.add_argument("--scales", nargs="+", type=float, default=list(SCALES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--budget", type=float, default=210.0, help="seconds; later steps are skipped past it")
     ap.add_argument("--attn-bench", nargs="*", default=["14", "8"], help="cases for the attention micro-bench")
     ap.add_argument("--out", default=os.environ.get("OUT", "outputs/hybrid_check"))
     ap.add_argument("--params", default="{}", help="JSON overrides of the yaml defaults, for every scheme")
+    ap.add_argument("--proxy-S", type=int, default=None,
+                    help="replace each case's S (a same-weights proxy, e.g. for a CPU precision study)")
+    ap.add_argument("--proxy-B", type=int, default=None, help="replace each case's B")
+    ap.add_argument("--no-time", action="store_true", help="gate only (CPU proxies)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     clock = Clock(args.budget)
@@ -154,6 +165,11 @@ def main(argv=None):
 
     # references once per case, reused by every scheme
     cases = [load_case(c) for c in args.cases]
+    if args.proxy_S or args.proxy_B:
+        import dataclasses
+        cases = [dataclasses.replace(c, S=args.proxy_S or c.S, B=args.proxy_B or c.B,
+                                     name=f"{c.name}_B{args.proxy_B or c.B}_S{args.proxy_S or c.S}")
+                 for c in cases]
     state = {}
     # order: the default scheme on every case first, then the alternatives
     order = [(c, s) for s in args.schemes for c in cases]
@@ -179,6 +195,7 @@ def main(argv=None):
             p = prepare(case, w, **params)
             if device.type == "cuda":
                 torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+                resident = torch.cuda.memory_allocated()  # weights, prepared splits, inputs, references
             worst, per = None, []
             for (sc, seed), (x, ref) in refs.items():
                 y = run(p, x)
@@ -191,7 +208,11 @@ def main(argv=None):
             rec["passed"] = all(g["pass"] for g in per)
             rec["worst"] = worst
             if device.type == "cuda":
-                rec["peak_bytes"] = torch.cuda.max_memory_allocated()
+                rec["peak_bytes"] = torch.cuda.max_memory_allocated() - resident  # run()'s own temporaries
+            if args.no_time:
+                log(f"{case.name} {sname}: pass={rec['passed']} worst over_tol={worst['max_over_tol']:.3f} "
+                    f"(scale {worst['scale']}, seed {worst['seed']}, abs {worst['max_abs']:.2e})")
+                results["runs"].append(rec); dump(); continue
             x = refs[(args.scales[0], args.seeds[0])][0]
             rep = 1500 if case.S * case.B >= 65536 else 400
             ms = bench(lambda: run(p, x), device, rep)
@@ -220,6 +241,9 @@ def main(argv=None):
     for r in results["runs"]:
         if "error" in r:
             log(f"{r['case']:8} {r['scheme']:18} ERROR"); continue
+        if "ms" not in r:
+            log(f"{r['case']:8} {r['scheme']:18} {'PASS' if r['passed'] else 'FAIL':5} {r['worst']['max_over_tol']:8.3f}")
+            continue
         log(f"{r['case']:8} {r['scheme']:18} {'PASS' if r['passed'] else 'FAIL':5} "
             f"{r['worst']['max_over_tol']:8.3f} {r['ms']:9.2f} {r['tflops']:8.1f}")
     dump()

@@ -57,7 +57,7 @@ class Prepared:
     layers: list[LayerPlan]
     lnf: tuple[torch.Tensor, torch.Tensor]
     attn_cfg: dict[str, int]
-    qkv_block_s: int
+    qkv_block_s: int | None
     act_block_n: int
     ln_warps: int | None
     info: dict[str, Any] = field(default_factory=dict)
@@ -95,9 +95,21 @@ def layer_settings(L: int, base: dict, overrides: dict | None) -> list[dict]:
     return out
 
 
+def per_head_dim(value, dh: int) -> int:
+    """An attention tile parameter: an int, or a mapping {head_dim: int, "default": int}."""
+    if isinstance(value, int):
+        return value
+    m = {str(k): v for k, v in dict(value).items()}
+    if str(dh) in m:
+        return int(m[str(dh)])
+    if "default" in m:
+        return int(m["default"])
+    raise ValueError(f"no entry for head dim {dh} (nor 'default') in {value}")
+
+
 def prepare(case: Case, weights: Weights, gemm="bf16x3", attention="triton", qk_prec: str = "bf16x3",
-            pv_prec: str = "bf16x3", overrides: dict | None = None, attn_block_m: int = 128,
-            attn_block_n: int = 64, attn_warps: int = 8, attn_stages: int = 2, qkv_block_s: int = 64,
+            pv_prec: str = "bf16x3", overrides: dict | None = None, attn_block_m=128,
+            attn_block_n=64, attn_warps=8, attn_stages=2, qkv_block_s: int | None = None,
             act_block_n: int = 1024, ln_warps: int | None = None) -> Prepared:
     """One-time: weight hi/lo splits in each GEMM scheme's layout, per-layer precision plan."""
     dev = weights.device
@@ -119,7 +131,8 @@ def prepare(case: Case, weights: Weights, gemm="bf16x3", attention="triton", qk_
             attention=s["attention"], qk_prec=s["qk_prec"], pv_prec=s["pv_prec"],
             ln1=(lw.ln1_w.contiguous(), lw.ln1_b.contiguous()),
             ln2=(lw.ln2_w.contiguous(), lw.ln2_b.contiguous())))
-    attn_cfg = dict(block_m=attn_block_m, block_n=attn_block_n, num_warps=attn_warps, num_stages=attn_stages)
+    attn_cfg = {k: per_head_dim(v, dh) for k, v in dict(
+        block_m=attn_block_m, block_n=attn_block_n, num_warps=attn_warps, num_stages=attn_stages).items()}
     info = {"layers": [{k: s[k] for k in LAYER_KEYS} for s in settings], "attn_cfg": attn_cfg}
     return Prepared(case, layers, (weights.lnf_w.contiguous(), weights.lnf_b.contiguous()), attn_cfg,
                     qkv_block_s, act_block_n, ln_warps, info)

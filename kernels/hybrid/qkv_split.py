@@ -50,13 +50,17 @@ def _qkv_split_kernel(
         tl.store(dst + (2 * part + 1) * stride_p, lo.to(ty), mask=mask)
 
 
-def qkv_split(qkv: torch.Tensor, B: int, S: int, H: int, block_s: int = 64, num_warps: int = 4) -> torch.Tensor:
-    """qkv: [B*S, 3D] fp32 -> planes [6, B*H, S, dh] (q_hi, q_lo, k_hi, k_lo, v_hi, v_lo; q scaled)."""
+def qkv_split(qkv: torch.Tensor, B: int, S: int, H: int, block_s: int | None = None,
+              num_warps: int = 8) -> torch.Tensor:
+    """qkv: [B*S, 3D] fp32 -> planes [6, B*H, S, dh] (q_hi, q_lo, k_hi, k_lo, v_hi, v_lo; q scaled).
+    ``block_s`` None: 2048 // dh tokens per program (sm_90: ~62 registers at 8 warps; a 64 x dh tile
+    uses 254 registers at dh 64 and spills at dh 128, see docs/hybrid.md)."""
     assert qkv.dim() == 2 and qkv.dtype == torch.float32 and qkv.stride(1) == 1
     M, D3 = qkv.shape
     assert M == B * S and D3 % (3 * H) == 0, f"qkv {tuple(qkv.shape)} does not match B={B} S={S} H={H}"
     dh = D3 // (3 * H)
     assert dh == triton.next_power_of_2(dh), f"head dim {dh} must be a power of two"
+    block_s = block_s or max(1, 2048 // dh)
     planes = torch.empty((6, B * H, S, dh), device=qkv.device, dtype=split_dtype(qkv.device))
     _qkv_split_kernel[(triton.cdiv(S, block_s), B * H)](
         qkv, planes, S, qkv.stride(0), planes.stride(0), LOG2E / math.sqrt(dh),
