@@ -79,7 +79,8 @@ def test_odd_shape_passes_gate(causal):
     dict(fast_layers=1, prec_fast="tf32"),                        # per-layer precision split compiles/runs
     dict(ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
     dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
-], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2"])
+    dict(presplit_weights=True),                                  # bf16x3 on prepare-split weights (emulated)
+], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "presplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -142,6 +143,17 @@ def test_chunked_layernorm_stats_match_two_pass():
             dm, dr = torch.zeros(12, device=dev), torch.zeros(12, device=dev)
             _stats_diff_kernel[(1,)](x, dm, dr, 12, D, 16, CH)
             assert float(dm.abs().max()) <= 1e-6 * scale * 4 and float(dr.abs().max()) <= 1e-6
+
+
+def test_presplit_weights_are_bf16_hi_lo():
+    """prepare's split: hi and lo are bf16 values and hi + lo recovers the weight to ~2^-17 relative."""
+    from kernels.seqres.host import _split_bf16
+    w = torch.randn(64, 48) / 7
+    hi, lo = _split_bf16(w, as_fp32=True)
+    assert torch.equal(hi, hi.to(torch.bfloat16).float()) and torch.equal(lo, lo.to(torch.bfloat16).float())
+    assert float(((hi + lo) - w).abs().max() / w.abs().max()) < 2 ** -16
+    with pytest.raises(ValueError):
+        prepare_meta(load_case("smoke1"), n_sm=132, presplit_weights=True, prec_o="tf32x3")
 
 
 def test_gate_catches_a_wrong_kernel():

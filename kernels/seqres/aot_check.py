@@ -29,6 +29,9 @@ def compile_case(case, params: dict, arch: int = 90):
     for n in names:
         if n in meta:
             sig[n] = "constexpr"
+        elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr", "wqkv_lo_ptr", "wo_lo_ptr", "w1_lo_ptr", "w2_lo_ptr") \
+                and meta["PRESPLIT"] == 1:
+            sig[n] = "*bf16"
         elif n in ("flags_ptr", "err_ptr"):
             sig[n] = "*i32"
         elif n in ("epoch", "spin_limit"):

@@ -1,7 +1,8 @@
 """GPU check of seqres: the SPEC §4 gate (all scales x seeds, reference with TF32 off) and do_bench
 median time next to the ``eager_sdpa`` peer, per case and per parameter set; one table at the end.
 
-    python -m kernels.seqres.check_gpu --out $OUT [--cases 1 5 6 7 9 10 11] [--sweep] [--budget-s 200]
+    python -m kernels.seqres.check_gpu --out $OUT [--cases 1 5 6 7 9 10 11] [--sweep [--configs NAME ...]]
+                                     [--budget-s 200]
 
 ``--sweep`` also tries the parameter sets of ``SWEEP`` (after the defaults of config/variant/seqres.yaml,
 for every case first) until ``--budget-s`` is spent. Writes ``<out>/seqres_check.json`` (rewritten after
@@ -33,6 +34,9 @@ FASTEST_PEER_MS = {1: 1.73, 5: 0.24, 6: 0.66, 7: 1.08, 9: 1.37, 10: 1.37, 11: 0.
 _CB = dict(ln_stats="chunked", tile_order="blocked")
 SWEEP = {  # name -> overrides of the yaml defaults, in the order tried
     "chunked_blocked": dict(_CB),
+    "blocked": dict(tile_order="blocked"),
+    "presplit": dict(presplit_weights=True),
+    "chunked_blocked_presplit": dict(_CB, presplit_weights=True),
     "chunked_blocked_s3": dict(_CB, num_stages=3),
     "chunked_blocked_2cta": dict(_CB, ctas_per_sm=2, max_split=16),
     "chunked_blocked_bk64": dict(_CB, block_k=64),
@@ -85,6 +89,7 @@ def main(argv=None):
     ap.add_argument("--out", default="outputs/seqres_check")
     ap.add_argument("--cases", nargs="+", type=int, default=list(CASES))
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--configs", nargs="+", default=None, help=f"sweep only these SWEEP entries: {list(SWEEP)}")
     ap.add_argument("--budget-s", type=float, default=200.0)
     a = ap.parse_args(argv)
     out = Path(a.out)
@@ -117,6 +122,8 @@ def main(argv=None):
         save()
     if a.sweep:
         for name, over in SWEEP.items():
+            if a.configs is not None and name not in a.configs:
+                continue
             for n in a.cases:
                 if time.time() - t_start > a.budget_s:
                     break

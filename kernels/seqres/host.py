@@ -61,6 +61,14 @@ def _stack(weights: Weights, name: str, transpose: bool = False) -> torch.Tensor
     return torch.stack(ts).contiguous()
 
 
+def _split_bf16(w: torch.Tensor, as_fp32: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """w = hi + lo + O(2^-17 |w|), hi and lo bf16 (round to nearest even); ``as_fp32``: the same values in
+    fp32 tensors (the interpreter has no bf16)."""
+    hi = w.to(torch.bfloat16)
+    lo = (w - hi.float()).to(torch.bfloat16)
+    return (hi.float().contiguous(), lo.float().contiguous()) if as_fp32 else (hi.contiguous(), lo.contiguous())
+
+
 def _check_precision(name: str, value: str) -> str:
     if value not in PRECISIONS:
         raise ValueError(f"seqres: {name}={value!r} not in {PRECISIONS}")
@@ -122,6 +130,15 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         info["split_note"] = (f"split={R}: grid {n_groups * R} > {n_slots} co-resident slots cannot be proven "
                               "co-resident; using 1")
         R = 1
+    presplit = 0
+    if o["presplit_weights"]:
+        lin = ("prec_qkv", "prec_o", "prec_ffn1", "prec_ffn2")
+        if any(o[k] != "bf16x3" for k in lin) or fast_layers:
+            raise ValueError("seqres: presplit_weights needs prec_qkv/o/ffn1/ffn2 = bf16x3 and fast_layers = 0")
+        # bf16 operands ignore input_precision ("tf32" is Triton's default); the interpreter holds the
+        # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
+        presplit = 2 if interpret else 1
+        precs.update({k: "ieee" if interpret else "tf32" for k in lin})
     M = G * S
     dh = case.dh
     meta = dict(
@@ -131,7 +148,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BQ=_block(o["block_q"], S), BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
-        BLOCKED={"strided": False, "blocked": True}[o["tile_order"]],
+        BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -167,6 +184,14 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         _stack(weights, "w_2", True), _stack(weights, "b_2"),
         weights.lnf_w.contiguous(), weights.lnf_b.contiguous(),
     ]
+    w_idx = (2, 4, 8, 10)  # w_qkv, w_o, w_1, w_2 (transposed) in ``tensors``
+    if meta["PRESPLIT"]:
+        for i in w_idx:
+            hi, lo = _split_bf16(tensors[i], as_fp32=meta["PRESPLIT"] == 2)
+            tensors[i] = hi
+            tensors.append(lo)
+    else:
+        tensors += [tensors[i] for i in w_idx]  # the kernel's lo arguments, unused
     f32 = dict(device=dev, dtype=torch.float32)
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))
@@ -223,8 +248,9 @@ def occupancy(k, num_warps: int, dev) -> int:
 
 def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills)."""
+    spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
     k = _seqres_fwd[p.grid](x, y, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors,
-                            p.flags, p.err, p.spin_limit if p.spin_limit > 0 else 2**31 - 1, p.epoch, p.qk_scale, **p.meta, **p.launch)
+                            p.flags, p.err, spin, p.epoch, p.qk_scale, **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
     return k
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (gelu_erf, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked)
+from ..common.tl_helpers import (dot_split, gelu_erf, group_barrier, layernorm_rows, layernorm_stats,
+                                 layernorm_stats_chunked, split_bf16)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -83,13 +83,15 @@ def _row_stats(a_ptr, rows, mask_m, K: tl.constexpr, BM: tl.constexpr, BK: tl.co
 @triton.jit
 def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                   lnw_ptr, lnb_ptr,  # [K] LayerNorm applied to A on load (when LN)
-                  w_ptr,            # [K, N] fp32 weight, transposed
+                  w_ptr,            # [K, N] weight, transposed: fp32, or its bf16 hi part when PRESPLIT
+                  wlo_ptr,          # [K, N] bf16 lo part (w - hi) when PRESPLIT, else unused
                   b_ptr,            # [N] bias
                   r_ptr,            # [*, N] residual added in the epilogue (when RESID; may alias o_ptr)
                   o_ptr,            # [*, N] output
                   row0, rank,
                   M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                   LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
+                  PRESPLIT: tl.constexpr,
                   R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                   LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr):
     """o = epilogue([LN](a) @ w + b) over the group's M rows in [BM, BN] tiles shared by the R programs:
@@ -113,25 +115,27 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                         mean, rstd = _row_stats(a_ptr, row0 + offs_m, offs_m < M, K, BM, BK, LN_STATS,
                                                 LN_CHUNK, CM)
                         prev_tm = tm
-                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N, mean, rstd,
-                             M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
+                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N,
+                             mean, rstd, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
     else:
         for i in range(0, TPP):
             t = i * R + rank
             if NT % R == 0:
-                _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N, t % NT_N,
-                                   M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM, LN_STATS, LN_CHUNK)
+                _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
+                                   t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
+                                   LN_CHUNK)
             else:
                 if t < NT:
-                    _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
-                                       t % NT_N, M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM, LN_STATS,
+                    _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
+                                       t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
                                        LN_CHUNK)
 
 
 @triton.jit
-def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
                        M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                        LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
+                       PRESPLIT: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr):
     """``_linear_tile`` with the tile's own LN statistics (round-robin order)."""
@@ -141,15 +145,16 @@ def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0
     else:
         mean = tl.zeros((BM,), tl.float32)
         rstd = mean
-    _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
-                 M, N, K, LN, GELU, RESID, PREC, BM, BN, BK, CM)
+    _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
+                 M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
 
 
 @triton.jit
-def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
                  mean, rstd,        # [BM] LN statistics of the tile's rows (when LN)
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
+                 PRESPLIT: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
     """One [BM, BN] output tile (tm, tn) of ``_linear_phase``."""
     offs_m = tm * BM + tl.arange(0, BM)
@@ -168,9 +173,16 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
             lb = tl.load(lnb_ptr + offs_k, mask=mask_k, other=0.0)
             a = (a - mean[:, None]) * rstd[:, None] * lw[None, :] + lb[None, :]
             a = tl.where(mask_k[None, :], a, 0.0)
-        w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=mask_k[:, None] & mask_n[None, :],
-                    other=0.0)                                                               # [BK, BN]
-        acc = tl.dot(a, w, acc, input_precision=PREC)
+        wmask = mask_k[:, None] & mask_n[None, :]
+        w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)       # [BK, BN]
+        if PRESPLIT == 0:
+            acc = tl.dot(a, w, acc, input_precision=PREC)
+        else:
+            # bf16x3 with the weight split once by prepare: only A is split here. PRESPLIT 1: bf16 operands
+            # (tensor cores); 2: fp32 tensors holding the bf16 values (interpreter: exact bf16 products)
+            w_lo = tl.load(wlo_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)
+            a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
+            acc = dot_split(a_hi, a_lo, w, w_lo, acc, True, True, PREC)
     acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     if GELU:
         acc = gelu_erf(acc)
@@ -265,32 +277,35 @@ def _attention_tile(qkv_ptr, o_ptr, row0, g, hd, qb, qk_scale,
 def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
            ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+           wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr,
            flags_ptr, err_ptr, spin_limit, l, bar, row0, rank, qk_scale,
            S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
            CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
            BDH: tl.constexpr, CM: tl.constexpr,
-           LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr,
+           LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
            P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
            P_FFN2: tl.constexpr):
     """One encoder layer for the group; ``bar`` is the flag target of this layer's first barrier."""
     M: tl.constexpr = G * S
-    _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (D * 3 * D), bqkv_ptr + l * (3 * D),
-                  y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, R, BM, BN, BK, CM,
+    _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (D * 3 * D),
+                  wqkv_lo_ptr + l * (D * 3 * D), bqkv_ptr + l * (3 * D),
+                  y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (D * D), bo_ptr + l * D,
-                  y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, R, BM, BN, BK, CM,
+    _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (D * D), wo_lo_ptr + l * (D * D), bo_ptr + l * D,
+                  y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (D * 4 * D), b1_ptr + l * (4 * D),
-                  y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, R, BM, BN, BK, CM,
+    _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (D * 4 * D),
+                  w1_lo_ptr + l * (D * 4 * D), b1_ptr + l * (4 * D),
+                  y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (4 * D * D), b2_ptr + l * D,
-                  y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, R, BM, BN, BK, CM,
+    _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (4 * D * D), w2_lo_ptr + l * (4 * D * D), b2_ptr + l * D,
+                  y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
 
@@ -312,6 +327,7 @@ def _seqres_fwd(
     w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
     w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
     lnfw_ptr, lnfb_ptr,     # [D]
+    wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr,  # bf16 lo parts of the four weights (PRESPLIT), else aliases
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
     err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
     spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
@@ -322,7 +338,7 @@ def _seqres_fwd(
     R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
-    LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr,
+    LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -343,15 +359,17 @@ def _seqres_fwd(
         for l in range(0, L - L_FAST):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   flags_ptr, err_ptr, spin_limit, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                   wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr, flags_ptr, err_ptr, spin_limit, l,
+                   epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   LN_STATS, LN_CHUNK, BLOCKED, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
+                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
     if L_FAST > 0:
         for l in range(L - L_FAST, L):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   flags_ptr, err_ptr, spin_limit, l, epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                   wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr, flags_ptr, err_ptr, spin_limit, l,
+                   epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   LN_STATS, LN_CHUNK, BLOCKED, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
+                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
