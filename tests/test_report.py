@@ -84,9 +84,7 @@ def _timing(case, variant, status, ms):
     return d
 
 
-@pytest.fixture()
-def results_root(tmp_path):
-    root = tmp_path / "outputs"
+def write_results(root: Path) -> Path:
     for (c, v), (cs, passed, ts, ms) in PLAN.items():
         _write(root / "correctness" / "mig" / c / f"{v}.json", _correctness(c, v, cs, passed))
         if ts is not None:
@@ -99,10 +97,15 @@ def results_root(tmp_path):
     return root
 
 
-@pytest.fixture()
-def built(results_root, tmp_path):
+@pytest.fixture(scope="module")
+def results_root(tmp_path_factory):
+    return write_results(tmp_path_factory.mktemp("results") / "outputs")
+
+
+@pytest.fixture(scope="module")
+def built(results_root, tmp_path_factory):
     res = R.load_results(results_root, "h200", "mig", "h100_96", CASES, VARIANTS)
-    out = tmp_path / "report"
+    out = tmp_path_factory.mktemp("report")
     r = R.write_report(out, res, INFO, CEILINGS, "h200", "mig", "h100_96", title="synthetic")
     return r, out
 
@@ -184,7 +187,8 @@ def test_missing_result_is_a_clear_error_from_the_cli(results_root, tmp_path):
     assert (out / "summary.csv").exists()
 
 
-def test_post_timing_check_failure_is_not_gated(results_root, tmp_path):
+def test_post_timing_check_failure_is_not_gated(tmp_path):
+    results_root = write_results(tmp_path / "outputs")
     p = results_root / "timing" / "h200" / "c1" / "compile_reduce-overhead_fp32.json"
     d = json.loads(p.read_text())
     d["passed_post_check"] = False

@@ -148,7 +148,8 @@ def test_timing_job_resources_come_from_the_h200_gpu_type(repo):
     assert f"runtime={h200['runtime']}" in res and f"cpus_per_task={h200['cpus_per_task']}" in res
     assert f"mem_mb={h200['mem_mb']}" in res and "slurm_account=" in res
     # the slurm profile runs the full study even on a login node without a GPU
-    counts, _ = job_counts(smk(repo, "--profile", "slurm", "-n", "--forceall").stdout), None
+    p = smk(repo, "--profile", "slurm", "-n", "--forceall")
+    counts = job_counts(p.stdout + p.stderr)
     assert counts["timing"] == 14 * len(matrix_expectation("full")["variants"])
 
 
