@@ -302,3 +302,32 @@ def test_smoke_matrix_end_to_end_from_a_clean_copy(tmp_path):
     # nothing to do on a second run
     p = smk(repo, "--cores", "2", "-n")
     assert "Nothing to be done" in p.stdout + p.stderr
+
+
+def test_ncu_job_with_a_stand_in_ncu(tmp_path, monkeypatch):
+    """The stage's plumbing without a GPU: a stand-in `ncu` that writes the report file and prints the raw
+    CSV page; the job returns the per-kernel summary and leaves <out>.ncu-rep next to the JSON."""
+    from omegaconf import OmegaConf
+    from workflow.stages import ncu
+    fake = tmp_path / "bin" / "ncu"
+    fake.parent.mkdir()
+    (tmp_path / "raw.csv").write_text(RAW_CSV)
+    fake.write_text(f"""#!/usr/bin/env bash
+case " $* " in
+  *" --import "*) cat {tmp_path / 'raw.csv'} ;;
+  *" --version"*) echo "NVIDIA (R) Nsight Compute Command Line Profiler"; echo "Version 2025.3.1" ;;
+  *) while [ $# -gt 0 ]; do [ "$1" = --export ] && touch "$2.ncu-rep"; shift; done ;;
+esac
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    cfg = OmegaConf.create({"ncu": OmegaConf.load(REPO / "config" / "ncu" / "default.yaml"),
+                            "variant": {"name": "auto"}, "case": {"name": "case07"}})
+    ctx = SimpleNamespace(cfg=cfg, device=SimpleNamespace(type="cuda"), case=SimpleNamespace(name="case07"))
+    out = tmp_path / "outputs" / "ncu" / "h100_96" / "case07" / "auto.json"
+    body = ncu.job(ctx, out)
+    assert Path(body["ncu_rep"]) == out.with_suffix(".ncu-rep") and out.with_suffix(".ncu-rep").exists()
+    assert [k["name"] for k in body["kernels"]] == ["seqres_megakernel", "ln_kernel"]
+    assert body["n_launches"] == 3 and body["total_duration_us"] == pytest.approx(1238.0)
+    assert body["ncu_version"] == "Version 2025.3.1"
+    assert body["command"][body["command"].index("--clock-control") + 1] == "none"
