@@ -45,7 +45,7 @@ GPU_SCHEMES = ["default", "last_tf32gemm", "attn_bn128", "sdpa_fp32", "fp32gemm"
 ATTN_CONFIGS = [
     (128, 64, 8, 2, "bf16x3", "bf16x3"), (128, 64, 4, 2, "bf16x3", "bf16x3"),
     (128, 128, 8, 2, "bf16x3", "bf16x3"), (64, 64, 4, 3, "bf16x3", "bf16x3"),
-    (128, 64, 8, 3, "bf16x3", "bf16x3"), (128, 32, 4, 3, "bf16x3", "bf16x3"),
+    (128, 64, 8, 3, "bf16x3", "bf16x3"), (64, 64, 4, 2, "bf16x3", "bf16x3"),
     (128, 64, 8, 2, "bf16", "bf16"),  # one bf16 product per dot: the speed ceiling of the split
 ]
 ATTN_CONFIGS_SHORT = 3  # configs tried on cases other than the first micro-bench case

@@ -53,8 +53,7 @@ def _qkv_split_kernel(
 def qkv_split(qkv: torch.Tensor, B: int, S: int, H: int, block_s: int | None = None,
               num_warps: int = 8) -> torch.Tensor:
     """qkv: [B*S, 3D] fp32 -> planes [6, B*H, S, dh] (q_hi, q_lo, k_hi, k_lo, v_hi, v_lo; q scaled).
-    ``block_s`` None: 2048 // dh tokens per program (sm_90: ~62 registers at 8 warps; a 64 x dh tile
-    uses 254 registers at dh 64 and spills at dh 128, see docs/hybrid.md)."""
+    ``block_s`` None: 2048 // dh tokens per program (sm_90: 32 registers at 8 warps, docs/hybrid.md §3)."""
     assert qkv.dim() == 2 and qkv.dtype == torch.float32 and qkv.stride(1) == 1
     M, D3 = qkv.shape
     assert M == B * S and D3 % (3 * H) == 0, f"qkv {tuple(qkv.shape)} does not match B={B} S={S} H={H}"
