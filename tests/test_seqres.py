@@ -107,6 +107,27 @@ def test_output_depends_on_input_and_is_fresh():
     assert gate(v.run(p, x0), y0).passed  # reusing scratch across calls leaves no state behind
 
 
+@needs_backend
+def test_flag_epochs_match_barrier_count():
+    """The flag protocol's bookkeeping: after each launch every program's flag holds the last barrier
+    target, which is the host's next epoch (1 + 5 L barriers per launch), so flags only grow and no
+    reset launch is needed; near the int32 limit the host zeroes them."""
+    from kernels.seqres import host
+    c = odd_case(False)
+    dev = _device()
+    w = make_weights(c, device=dev)
+    v = get_variant("seqres")
+    p = v.prepare(c, w, flag_barrier=True, spin_limit=10)
+    x = make_input(c, 1.0, 0, device=dev)
+    for n in (1, 2):
+        v.run(p, x)
+        assert p.epoch == n * (1 + 5 * c.L)
+        assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
+    v.run(p, x)
+    assert p.epoch == 1 + 5 * c.L and torch.all(p.flags[:, 0] == p.epoch)
+
+
 def test_unsupported_shapes_raise():
     long = Case(name="long", number=997, family="seqres", B=1, S=4096, D=64, H=2, L=1, causal=True, weight_seed=1)
     with pytest.raises(Unsupported):

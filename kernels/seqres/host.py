@@ -256,7 +256,10 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
 
 
 def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
-    """x: [B, S, D] fp32 contiguous -> y: [B, S, D] fp32 (fresh); x is only read."""
+    """x: [B, S, D] fp32 contiguous -> y: [B, S, D] fp32 (fresh); x is only read.
+
+    The flag epoch is a host-side launch argument: do not capture ``run`` in a CUDA graph with R > 1
+    (replays would reuse the captured epoch and pass every barrier at once); use ``split: 1`` there."""
     c = p.case
     if x.shape != (c.B, c.S, c.D) or x.dtype != torch.float32 or not x.is_contiguous():
         raise ValueError(f"seqres: x must be contiguous fp32 {(c.B, c.S, c.D)}, got {x.dtype} {tuple(x.shape)}")
