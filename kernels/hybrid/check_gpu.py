@@ -107,7 +107,7 @@ def breakdown(p, x, path: str, log) -> None:
     run(p, x); torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run(p, x); torch.cuda.synchronize()
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60)
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=15, max_name_column_width=60)
     with open(path, "w") as f:
         f.write(table)
     for line in table.splitlines()[:12]:
