@@ -33,16 +33,17 @@ CASES = (1, 5, 6, 7, 9, 10, 11)
 FASTEST_PEER_MS = {1: 1.73, 5: 0.24, 6: 0.66, 7: 1.08, 9: 1.37, 10: 1.37, 11: 0.50}  # SPEC §9 (H200)
 _CB = dict(ln_stats="chunked", tile_order="blocked")
 _CBP = dict(ln_stats="chunked", tile_order="blocked", presplit_weights=True)
-SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expected value first)
-    "cbp_bk64": dict(_CBP, block_k=64),
-    "cbp": dict(_CBP),
-    "presplit": dict(presplit_weights=True),
+SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expected value first, docs/seqres.md)
+    "s3": dict(num_stages=3),
+    "cb_s3": dict(_CB, num_stages=3),
+    "cb_s3_bk64": dict(_CB, num_stages=3, block_k=64),
+    "s3_bk64": dict(num_stages=3, block_k=64),
+    "cb_s3_2cta": dict(_CB, num_stages=3, ctas_per_sm=2, max_split=16),
+    "s4": dict(num_stages=4),
     "chunked_blocked": dict(_CB),
-    "cbp_bk64_2cta": dict(_CBP, block_k=64, ctas_per_sm=2, max_split=16),
-    "cbp_bk64_s3": dict(_CBP, block_k=64, num_stages=3),
     "blocked": dict(tile_order="blocked"),
-    "chunked_blocked_bk64": dict(_CB, block_k=64),
-    "chunked_blocked_2cta": dict(_CB, ctas_per_sm=2, max_split=16),
+    "presplit_s3": dict(presplit_weights=True, num_stages=3),
+    "cbp_bk64": dict(_CBP, block_k=64),
     "tf32x3": dict(prec_qkv="tf32x3", prec_attn="tf32x3", prec_o="tf32x3", prec_ffn1="tf32x3", prec_ffn2="tf32x3"),
     "w8": dict(num_warps=8),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
