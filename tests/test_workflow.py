@@ -302,6 +302,9 @@ def test_smoke_matrix_end_to_end_from_a_clean_copy(tmp_path):
     # nothing to do on a second run
     p = smk(repo, "--cores", "2", "-n")
     assert "Nothing to be done" in p.stdout + p.stderr
+    # Snakemake's own report, with the captions of workflow/report/
+    smk(repo, "--report", "snakemake-report.zip")
+    assert (repo / "snakemake-report.zip").stat().st_size > 0
 
 
 def test_ncu_job_with_a_stand_in_ncu(tmp_path, monkeypatch):
