@@ -28,6 +28,7 @@ import html
 import json
 import math
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -553,7 +554,8 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
     gpus = sorted({str((d.get("env") or {}).get("gpu_name") or "no GPU") for d in res.timing.values()})
     meta = [f"timing GPU type `{gpu}` ({', '.join(gpus) or 'no results'}), gate verdicts from `{correctness_gpu}`"
             + (f", Nsight Compute from `{ncu_gpu}`" if ncu_gpu else ""),
-            f"{len(res.cases)} cases x {len(res.variants)} variants; commits: {', '.join(commits) or '-'}"]
+            f"{len(res.cases)} cases x {len(res.variants)} variants; commits: {', '.join(commits) or '-'}; "
+            f"built {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `python -m workflow.report`"]
     if overrides:
         meta.append("job overrides (Hydra): " + " ".join(f"`{o}`" for o in overrides))
     md = [f"# Gated speedup report: {gpu}" + (f" ({title})" if title else ""), ""]
