@@ -29,8 +29,7 @@ def compile_case(case, params: dict, arch: int = 90):
     for n in names:
         if n in meta:
             sig[n] = "constexpr"
-        elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr", "wqkv_lo_ptr", "wo_lo_ptr", "w1_lo_ptr", "w2_lo_ptr") \
-                and meta["PRESPLIT"] == 1:
+        elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
         elif n in ("flags_ptr", "err_ptr"):
             sig[n] = "*i32"
@@ -40,7 +39,10 @@ def compile_case(case, params: dict, arch: int = 90):
             sig[n] = "fp32"
         else:
             sig[n] = "*fp32"
-    src = ASTSource(_seqres_fwd, sig, constexprs={(names.index(k),): v for k, v in meta.items()})
+    # pointers 16-byte aligned, as Triton specializes torch tensors at a real launch (without it the
+    # TTGIR would under-vectorize and, e.g., not pipeline bf16 loads)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*")}
+    src = ASTSource(_seqres_fwd, sig, constexprs={(names.index(k),): v for k, v in meta.items()}, attrs=attrs)
     t = time.time()
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=launch["num_warps"], num_stages=launch["num_stages"]))

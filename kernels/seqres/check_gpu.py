@@ -35,15 +35,15 @@ _CB = dict(ln_stats="chunked", tile_order="blocked")
 _CBP = dict(ln_stats="chunked", tile_order="blocked", presplit_weights=True)
 SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expected value first, docs/seqres.md)
     "s3": dict(num_stages=3),
-    "cb_s3": dict(_CB, num_stages=3),
-    "cb_s3_bk64": dict(_CB, num_stages=3, block_k=64),
-    "s3_bk64": dict(num_stages=3, block_k=64),
-    "cb_s3_2cta": dict(_CB, num_stages=3, ctas_per_sm=2, max_split=16),
-    "s4": dict(num_stages=4),
-    "chunked_blocked": dict(_CB),
-    "blocked": dict(tile_order="blocked"),
     "presplit_s3": dict(presplit_weights=True, num_stages=3),
-    "cbp_bk64": dict(_CBP, block_k=64),
+    "cb_s3": dict(_CB, num_stages=3),
+    "cbp_s3": dict(_CBP, num_stages=3),
+    "cbp_s3_2cta": dict(_CBP, num_stages=3, ctas_per_sm=2, max_split=16),
+    "cb_s3_bk64": dict(_CB, num_stages=3, block_k=64),
+    "s4": dict(num_stages=4),
+    "cb_s3_2cta": dict(_CB, num_stages=3, ctas_per_sm=2, max_split=16),
+    "chunked_blocked": dict(_CB),
+    "presplit": dict(presplit_weights=True),
     "tf32x3": dict(prec_qkv="tf32x3", prec_attn="tf32x3", prec_o="tf32x3", prec_ffn1="tf32x3", prec_ffn2="tf32x3"),
     "w8": dict(num_warps=8),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate

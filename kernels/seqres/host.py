@@ -184,14 +184,10 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         _stack(weights, "w_2", True), _stack(weights, "b_2"),
         weights.lnf_w.contiguous(), weights.lnf_b.contiguous(),
     ]
-    w_idx = (2, 4, 8, 10)  # w_qkv, w_o, w_1, w_2 (transposed) in ``tensors``
     if meta["PRESPLIT"]:
-        for i in w_idx:
+        for i in (2, 4, 8, 10):  # w_qkv, w_o, w_1, w_2 (transposed) [L, K, N] -> [L, 3K, N], rows hi, lo, hi
             hi, lo = _split_bf16(tensors[i], as_fp32=meta["PRESPLIT"] == 2)
-            tensors[i] = hi
-            tensors.append(lo)
-    else:
-        tensors += [tensors[i] for i in w_idx]  # the kernel's lo arguments, unused
+            tensors[i] = torch.stack([hi, lo, hi], dim=2).reshape(hi.shape[0], 3 * hi.shape[1], hi.shape[2])
     f32 = dict(device=dev, dtype=torch.float32)
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))

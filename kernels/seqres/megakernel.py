@@ -83,8 +83,7 @@ def _row_stats(a_ptr, rows, mask_m, K: tl.constexpr, BM: tl.constexpr, BK: tl.co
 @triton.jit
 def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                   lnw_ptr, lnb_ptr,  # [K] LayerNorm applied to A on load (when LN)
-                  w_ptr,            # [K, N] weight, transposed: fp32, or its bf16 hi part when PRESPLIT
-                  wlo_ptr,          # [K, N] bf16 lo part (w - hi) when PRESPLIT, else unused
+                  w_ptr,            # [K, N] fp32 weight, transposed; PRESPLIT: [3K, N] bf16, rows hi|lo|hi of row k
                   b_ptr,            # [N] bias
                   r_ptr,            # [*, N] residual added in the epilogue (when RESID; may alias o_ptr)
                   o_ptr,            # [*, N] output
@@ -115,24 +114,24 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                         mean, rstd = _row_stats(a_ptr, row0 + offs_m, offs_m < M, K, BM, BK, LN_STATS,
                                                 LN_CHUNK, CM)
                         prev_tm = tm
-                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N,
+                _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N,
                              mean, rstd, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
     else:
         for i in range(0, TPP):
             t = i * R + rank
             if NT % R == 0:
-                _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
+                _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
                                    t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
                                    LN_CHUNK)
             else:
                 if t < NT:
-                    _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
+                    _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
                                        t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
                                        LN_CHUNK)
 
 
 @triton.jit
-def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
                        M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                        LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                        PRESPLIT: tl.constexpr,
@@ -145,12 +144,12 @@ def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_
     else:
         mean = tl.zeros((BM,), tl.float32)
         rstd = mean
-    _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
+    _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
                  M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
 
 
 @triton.jit
-def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
+def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn,
                  mean, rstd,        # [BM] LN statistics of the tile's rows (when LN)
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
@@ -174,15 +173,22 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, wlo_ptr, b_ptr, r_ptr, o_ptr, r
             a = (a - mean[:, None]) * rstd[:, None] * lw[None, :] + lb[None, :]
             a = tl.where(mask_k[None, :], a, 0.0)
         wmask = mask_k[:, None] & mask_n[None, :]
-        w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)       # [BK, BN]
         if PRESPLIT == 0:
+            w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)   # [BK, BN]
             acc = tl.dot(a, w, acc, input_precision=PREC)
         else:
-            # bf16x3 with the weight split once by prepare: only A is split here. PRESPLIT 1: bf16 operands
-            # (tensor cores); 2: fp32 tensors holding the bf16 values (interpreter: exact bf16 products)
-            w_lo = tl.load(wlo_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)
+            # bf16x3 on weights split once by prepare into rows 3k, 3k+1, 3k+2 = hi, lo, hi of row k: only
+            # A is split here, and each weight load feeds exactly one dot (Triton's pipeliner then keeps
+            # them async copies): a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi, smallest terms first.
+            # PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16 values (interpreter: exact products)
             a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
-            acc = dot_split(a_hi, a_lo, w, w_lo, acc, True, True, PREC)
+            w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
+            w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)                                        # [BK, BN]
+            w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
+            w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
+            acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+            acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+            acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
     acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     if GELU:
         acc = gelu_erf(acc)
@@ -277,7 +283,6 @@ def _attention_tile(qkv_ptr, o_ptr, row0, g, hd, qb, qk_scale,
 def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
            ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-           wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr,
            flags_ptr, err_ptr, spin_limit, l, bar, row0, rank, qk_scale,
            S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
            CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
@@ -288,23 +293,22 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            P_FFN2: tl.constexpr):
     """One encoder layer for the group; ``bar`` is the flag target of this layer's first barrier."""
     M: tl.constexpr = G * S
-    _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (D * 3 * D),
-                  wqkv_lo_ptr + l * (D * 3 * D), bqkv_ptr + l * (3 * D),
+    WF: tl.constexpr = 3 if PRESPLIT else 1  # presplit weights hold 3 bf16 rows (hi, lo, hi) per fp32 row
+    _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WF * D * 3 * D), bqkv_ptr + l * (3 * D),
                   y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (D * D), wo_lo_ptr + l * (D * D), bo_ptr + l * D,
+    _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (WF * D * D), bo_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (D * 4 * D),
-                  w1_lo_ptr + l * (D * 4 * D), b1_ptr + l * (4 * D),
+    _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WF * D * 4 * D), b1_ptr + l * (4 * D),
                   y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (4 * D * D), w2_lo_ptr + l * (4 * D * D), b2_ptr + l * D,
+    _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (WF * 4 * D * D), b2_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
@@ -321,13 +325,12 @@ def _seqres_fwd(
     qkv_ptr,                # [B*S, 3D] fp32 scratch
     f_ptr,                  # [B*S, 4D] fp32 scratch: GELU(FFN1)
     ln1w_ptr, ln1b_ptr,     # [L, D]
-    wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed), [L, 3D]
+    wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed; PRESPLIT: [L, 3D, 3D] bf16 hi/lo/hi rows), [L, 3D]
     wo_ptr, bo_ptr,         # [L, D, D], [L, D]
     ln2w_ptr, ln2b_ptr,     # [L, D]
     w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
     w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
     lnfw_ptr, lnfb_ptr,     # [D]
-    wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr,  # bf16 lo parts of the four weights (PRESPLIT), else aliases
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
     err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
     spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
@@ -359,7 +362,7 @@ def _seqres_fwd(
         for l in range(0, L - L_FAST):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr, flags_ptr, err_ptr, spin_limit, l,
+                   flags_ptr, err_ptr, spin_limit, l,
                    epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                    LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
@@ -367,7 +370,7 @@ def _seqres_fwd(
         for l in range(L - L_FAST, L):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                    ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   wqkv_lo_ptr, wo_lo_ptr, w1_lo_ptr, w2_lo_ptr, flags_ptr, err_ptr, spin_limit, l,
+                   flags_ptr, err_ptr, spin_limit, l,
                    epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                    LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
