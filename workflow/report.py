@@ -272,7 +272,8 @@ def _baseline_reason(res: Results, g: pd.DataFrame, col: str) -> str:
 def headline(df: pd.DataFrame, res: Results, variant: str = HEADLINE_VARIANT) -> dict:
     """Geomean speedups of ``variant`` per comparison over the cases where it is usable and the baseline
     exists; ``exclusions`` lists (comparison, case, reason) for every case left out."""
-    out = {"variant": variant, "geomean": {}, "n_cases": {}, "cases": {}, "exclusions": []}
+    out = {"variant": variant, "geomean": {c: None for c in COMPARISONS}, "n_cases": {c: 0 for c in COMPARISONS},
+           "cases": {c: [] for c in COMPARISONS}, "exclusions": []}
     mine = df[df["variant"] == variant]
     if not len(mine):
         out["exclusions"].append(("all", "-", f"{variant} is not in this run's variants"))
@@ -531,9 +532,7 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
         print(f"report: warning: missing {stage} result for {c} x {v} ({p}); the case is excluded "
               "where it is needed", file=sys.stderr)
     df = build_summary(res, info, ceilings)
-    h = headline(df, res) if len(df) else {"variant": HEADLINE_VARIANT, "geomean": {c: None for c in COMPARISONS},
-                                            "n_cases": {c: 0 for c in COMPARISONS},
-                                            "cases": {c: [] for c in COMPARISONS}, "exclusions": []}
+    h = headline(df, res)
     df.to_csv(out / "summary.csv", index=False)
     plot_speedup_bars(df, out / "speedup_bars.png") if len(df) else None
     plot_time_per_case(df, out / "time_per_case.png") if len(df) else None
