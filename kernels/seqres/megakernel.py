@@ -14,20 +14,22 @@ Schedule of one group (rows ``row0 .. row0 + G*S`` of the flattened [B*S, D] act
 
 Between phases the group synchronises: ``tl.debug_barrier()`` inside a program, plus a flag barrier
 across the R programs of a group when R > 1 (``group_barrier``: release/acquire flags in global
-memory, never a device-wide barrier). Phases distribute their tiles round-robin over the R programs,
-so with R == 1 (the only valid setting under TRITON_INTERPRET) one program does everything. Scratch
+memory, never a device-wide barrier). Phases distribute their tiles over the R programs (round-robin,
+or contiguous runs with ``BLOCKED``), so with R == 1 (the only valid setting under TRITON_INTERPRET) one program does everything. Scratch
 (``qkv``, ``a``, ``f``) lives in global memory and stays mostly in L2; weights stream from L2/HBM,
 pre-transposed to [K, N] by ``prepare``.
 
 Precision is per GEMM (constexpr ``input_precision`` of ``tl.dot``); the last ``L_FAST`` layers may
-use a cheaper precision for their four linear layers.
+use a cheaper precision for their four linear layers; ``PRESPLIT`` runs bf16x3 on weights that
+``prepare`` split into bf16 hi/lo once. LN statistics: two-pass loops or one unrolled round
+(``LN_STATS``), fused into the A loads of the QKV and FFN1 GEMMs.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (dot_split, gelu_erf, group_barrier, layernorm_rows, layernorm_stats,
+from ..common.tl_helpers import (gelu_erf, group_barrier, layernorm_rows, layernorm_stats,
                                  layernorm_stats_chunked, split_bf16)
 
 LN_EPS = tl.constexpr(1e-5)
