@@ -177,6 +177,16 @@ def test_presplit_weights_are_bf16_hi_lo():
         prepare_meta(load_case("smoke1"), n_sm=132, presplit_weights=True, prec_o="tf32x3")
 
 
+def test_occupancy_limit_used_for_co_residency():
+    """ctas_per_sm > 1 trusts this arithmetic (H100/H200 limits): 255 regs x 4 warps -> 2 CTAs/SM;
+    168 regs -> 3; 128 KiB of shared memory -> 1; 8 warps of 255 regs -> 1."""
+    from kernels.seqres.host import ctas_per_sm_limit
+    assert ctas_per_sm_limit(255, 65536, 4) == 2
+    assert ctas_per_sm_limit(168, 16384, 4) == 3
+    assert ctas_per_sm_limit(255, 131072, 4) == 1
+    assert ctas_per_sm_limit(255, 0, 8) == 1
+
+
 def test_gate_catches_a_wrong_kernel():
     """The test can fail: a result from the wrong weights does not pass."""
     c = load_case("smoke1")

@@ -229,16 +229,22 @@ def compile_only(p: SeqresPrepared):
 
 
 def occupancy(k, num_warps: int, dev) -> int:
-    """Resident CTAs per SM of compiled kernel ``k`` (registers in 256-per-warp units, shared memory
-    plus 1 KiB reserved per CTA, threads), from the device's per-SM limits."""
+    """Resident CTAs per SM of compiled kernel ``k`` on ``dev`` (see ``ctas_per_sm_limit``)."""
     props = torch.cuda.get_device_properties(dev)
-    regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
-    smem_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
-    thr_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-    regs_warp = -(-k.n_regs * 32 // 256) * 256
+    return ctas_per_sm_limit(k.n_regs, k.metadata.shared, num_warps,
+                             regs_sm=getattr(props, "regs_per_multiprocessor", 65536),
+                             smem_sm=getattr(props, "shared_memory_per_multiprocessor", 228 * 1024),
+                             threads_sm=getattr(props, "max_threads_per_multi_processor", 2048))
+
+
+def ctas_per_sm_limit(n_regs: int, shared: int, num_warps: int, regs_sm: int = 65536,
+                      smem_sm: int = 228 * 1024, threads_sm: int = 2048) -> int:
+    """CTAs of one kernel that fit on an SM: registers allocated per warp in 256-register units, shared
+    memory plus 1 KiB reserved per CTA, threads; at most 32."""
+    regs_warp = -(-n_regs * 32 // 256) * 256
     by_regs = regs_sm // max(1, regs_warp * num_warps)
-    by_smem = smem_sm // (k.metadata.shared + 1024)
-    by_thr = thr_sm // (32 * num_warps)
+    by_smem = smem_sm // (shared + 1024)
+    by_thr = threads_sm // (32 * num_warps)
     return max(0, min(by_regs, by_smem, by_thr, 32))
 
 
