@@ -86,6 +86,13 @@ def test_schedules_pass_gate(params):
 
 
 @needs_backend
+@pytest.mark.parametrize("name", ["smoke2", "smoke3"])
+def test_other_smoke_shapes_pass_gate(name):
+    """Usable beyond its family: the dag-like and hybrid-like smoke shapes (causal, S up to 128)."""
+    _check(load_case(name), {}, (1e-3, 1e3), (0,))
+
+
+@needs_backend
 def test_causal_multi_block_attention():
     """S=40 with 16-row query/key blocks: causal skipping of whole key blocks and a ragged last block."""
     c = Case(name="s40", number=998, family="seqres", B=2, S=40, D=32, H=2, L=1, causal=True, weight_seed=3)

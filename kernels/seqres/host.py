@@ -95,9 +95,10 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise TypeError(f"seqres: unknown parameters {sorted(unknown)}; valid: {sorted(DEFAULTS)}")
     o = dict(DEFAULTS, **params)
     B, S, D, H, L = case.B, case.S, case.D, case.H, case.L
-    if S > o["max_seq"] or D > o["max_d"]:
-        raise Unsupported(f"seqres: S={S} > max_seq={o['max_seq']} or D={D} > max_d={o['max_d']}: "
-                          "the sequence does not fit")
+    if S > o["max_seq"]:
+        raise Unsupported(f"seqres: S={S} > max_seq={o['max_seq']}: the sequence does not fit one group")
+    if D > o["max_d"]:
+        raise Unsupported(f"seqres: D={D} > max_d={o['max_d']}: the model width is outside the envelope")
     scratch_bytes = 4 * B * S * 8 * D
     if scratch_bytes > o["scratch_limit_gib"] * 2**30:
         raise Unsupported(f"seqres: scratch of {scratch_bytes / 2**30:.1f} GiB > {o['scratch_limit_gib']} GiB")
