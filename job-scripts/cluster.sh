@@ -131,13 +131,14 @@ install_packages() {
     local policy=/usr/sbin/policy-rc.d made_policy=
     if [[ ! -e $policy ]]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT # also when apt-get is interrupted
     fi
     local rc=0
     {
         DEBIAN_FRONTEND=noninteractive apt-get update -q &&
             DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${!want[@]}"
     } >"${TMPDIR:-/tmp}/mkh-slurm-apt.log" 2>&1 || rc=$?
-    [[ -n $made_policy ]] && rm -f "$policy"
+    [[ -n $made_policy ]] && { rm -f "$policy"; trap - EXIT; }
     if ((rc != 0)); then
         tail -n 20 "${TMPDIR:-/tmp}/mkh-slurm-apt.log" | sed 's/^/    /' >&2
         die "apt-get install ${!want[*]} failed (log: ${TMPDIR:-/tmp}/mkh-slurm-apt.log)" \
