@@ -70,11 +70,17 @@ def sacct(env, *args) -> list[dict]:
     return [dict(zip(fields, line.split("|"))) for line in r.stdout.splitlines() if line.strip()]
 
 
+def recorded(row: dict) -> bool:
+    """slurmdbd has the job's final record: a terminal state and its partition (on a fresh cluster the
+    partition of the first job can reach sacct a moment after its state)."""
+    return row["State"].split()[0] in TERMINAL and bool(row["Partition"])
+
+
 def wait_jobs(env, job_ids, timeout=900) -> dict[str, dict]:
     deadline = time.time() + timeout
     while True:
         rows = {r["JobID"]: r for r in sacct(env, "-j", ",".join(job_ids))}
-        if all(j in rows and rows[j]["State"].split()[0] in TERMINAL for j in job_ids):
+        if all(j in rows and recorded(rows[j]) for j in job_ids):
             return rows
         if time.time() > deadline:
             raise AssertionError(f"jobs {job_ids} not finished after {timeout} s: {rows}")
@@ -218,9 +224,12 @@ class Workflow:
         out = r.stdout + r.stderr
         (self.root / f"snakemake-{start}.log").write_text(out)
         submitted = dict(re.findall(r"submitted with SLURM jobid (\d+) \(log: ([^)]+)\)", out))
-        time.sleep(1)
-        rows = [row for row in sacct(self.env, "-S", start) if row["JobName"].startswith(self.prefix + "_")]
-        return r, submitted, rows
+        deadline = time.time() + 60
+        while True:
+            rows = [row for row in sacct(self.env, "-S", start) if row["JobName"].startswith(self.prefix + "_")]
+            if all(recorded(row) for row in rows) or time.time() > deadline:
+                return r, submitted, rows
+            time.sleep(1)
 
     def expected_jobs(self) -> dict[str, int]:
         r = run([sys.executable, "-m", "snakemake", "--profile", "slurm", *self.ci_args, "-n", "--forceall"],
