@@ -153,6 +153,29 @@ def sbatch_tree(tmp_path_factory):
     return copy_tree(tmp_path_factory.mktemp("sbatch") / "repo")
 
 
+# ---------------------------------------------------------------- the cluster itself
+
+
+def test_cluster_partitions_and_gres_come_from_the_gpu_configs(slurm_env):
+    """Every config/gpu/*.yaml with a partition has that partition on the cluster, offering its gres type."""
+    r = run(["sinfo", "-h", "-o", "%P|%G|%a"], slurm_env, check=True)
+    offered = {p.rstrip("*"): (g, a) for p, g, a in (line.split("|") for line in r.stdout.splitlines())}
+    n = 0
+    for path in sorted((REPO / "config" / "gpu").glob("*.yaml")):
+        slurm = gpu_slurm(path.stem)
+        if slurm.get("partition") is None:
+            continue
+        n += 1
+        assert slurm["partition"] in offered, (path.name, offered)
+        gres, avail = offered[slurm["partition"]]
+        assert avail == "up"
+        if slurm.get("gres"):
+            assert f"gpu:{gres_type(slurm['gres'])}:" in gres, (path.name, gres)
+    assert n > 0
+    status = run(["bash", str(REPO / "job-scripts" / "cluster.sh"), "status"], slurm_env)
+    assert status.returncode == 0, status.stderr
+
+
 # ---------------------------------------------------------------- job-scripts/*.sbatch
 
 
