@@ -1,0 +1,24 @@
+"""Published numbers are regenerated from the committed result files, never typed by hand."""
+from pathlib import Path
+
+from conftest import REPO
+from workflow.peers_table import collect, render
+
+RESULTS = Path(REPO, "docs", "results", "h200")
+
+
+def test_peers_table_is_what_the_committed_jsons_say():
+    text = render(collect(RESULTS / "raw", "h200"), "h200")
+    assert (RESULTS / "peers.md").read_text() == text
+
+
+def test_peers_table_flags_a_failing_fp32_peer(tmp_path):
+    import json, shutil
+    src = RESULTS / "raw"
+    shutil.copytree(src, tmp_path / "raw")
+    p = tmp_path / "raw" / "correctness" / "h200" / "case05" / "eager_sdpa.json"
+    d = json.loads(p.read_text())
+    d["passed"] = False
+    p.write_text(json.dumps(d))
+    text = render(collect(tmp_path / "raw", "h200"), "h200")
+    assert "case05 eager_sdpa: fp32 peer FAILS the gate" in text
