@@ -22,3 +22,13 @@ def test_peers_table_flags_a_failing_fp32_peer(tmp_path):
     p.write_text(json.dumps(d))
     text = render(collect(tmp_path / "raw", "h200"), "h200")
     assert "case05 eager_sdpa: fp32 peer FAILS the gate" in text
+
+
+def test_readme_headline_is_the_quick_reports_headline():
+    report = (RESULTS / "quick" / "report.md").read_text()
+    readme = Path(REPO, "README.md").read_text()
+    headline = report.split("## Headline", 1)[1].split("\n\n", 2)[1]  # the table under the heading
+    assert headline.startswith("| comparison") and headline in readme
+    for line in report.splitlines():
+        if line.startswith("| case") and "| auto |" in line:
+            assert line in readme
