@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .cases import FAMILIES, Case
-from .registry import Unsupported, Variant, _REGISTRY, get_variant, register
+from .registry import Unsupported, Variant, get_variant, list_variants, register
 from .weights import Weights
 
 IMPORT_ERRORS: dict[str, str] = {}  # family -> why it failed to import (tests assert this stays empty)
@@ -35,7 +35,7 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, **per
     """Route ``case.family`` to a variant (``route`` maps family -> variant name); ``per_variant[name]``
     holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra)."""
     name = dict(DEFAULT_ROUTE, **(route or {}))[case.family]
-    if name not in _REGISTRY:
+    if name not in list_variants():
         why = IMPORT_ERRORS.get(name, "not registered")
         raise Unsupported(f"auto routes family {case.family!r} to {name!r}: {why}")
     v = get_variant(name)

@@ -15,6 +15,8 @@ from kernels.reference import reference_forward  # noqa: E402
 from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
 from kernels.common.tl_helpers import layernorm_stats, layernorm_stats_chunked  # noqa: E402
+from kernels.gate import ATOL, RTOL  # noqa: E402
+from workflow.stages.correctness import check_variant  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -45,18 +47,12 @@ def _device():
 
 
 def _check(case, params, scales, seeds):
-    dev = _device()
+    """The correctness stage's own check (gate at every scale x seed, plus its guards)."""
+    dev = torch.device(_device())
     w = make_weights(case, device=dev)
     v = get_variant("seqres")
-    p = v.prepare(case, w, **params)
-    for seed in seeds:
-        for scale in scales:
-            x = make_input(case, scale, seed, device=dev)
-            x0 = x.clone()
-            y = v.run(p, x)
-            assert torch.equal(x, x0), "run() wrote into its input"
-            res = gate(y, reference_forward(case, w, x))
-            assert res.passed, f"{case.name} {params} scale={scale} seed={seed}: {res}"
+    r = check_variant(case, w, v, v.prepare(case, w, **params), list(scales), list(seeds), ATOL, RTOL, dev)
+    assert r["passed"], f"{case.name} {params}: {r['reason']} {r['worst']} {r['guards']}"
 
 
 @needs_backend

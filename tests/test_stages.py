@@ -72,9 +72,13 @@ def test_readme_smoke_command_writes_a_passing_result(tmp_path):
 
 # --- cheating variants must be caught --------------------------------------------------------------
 
-def _honest(case, weights):
+@pytest.fixture
+def honest():
+    """The right answer for smoke1 (what a cheating variant starts from)."""
     from kernels.reference import reference_forward
-    return lambda x: reference_forward(case, weights, x)
+    c = load_case("smoke1")
+    w = make_weights(c)
+    return lambda x: reference_forward(c, w, x)
 
 
 def _fake(name, make_run):
@@ -87,20 +91,16 @@ def _check(variant, name="smoke1"):
     return check_variant(c, w, variant, None, [1e-3, 1.0, 1e3], [0, 1], 0.002, 0.02, torch.device("cpu"))
 
 
-def test_honest_variant_passes_every_guard():
-    c = load_case("smoke1"); w = make_weights(c)
-    f = _honest(c, w)
-    r = _check(_fake("honest", lambda p, x: f(x)))
+def test_honest_variant_passes_every_guard(honest):
+    r = _check(_fake("honest", lambda p, x: honest(x)))
     assert r["passed"] and all(v for k, v in r["guards"].items() if k != "poisoned_allocator")
 
 
-def test_result_reuse_is_caught():
-    c = load_case("smoke1"); w = make_weights(c)
-    f = _honest(c, w)
+def test_result_reuse_is_caught(honest):
     cache = {}
     def run(p, x):  # computes once, then returns the first answer forever
         if "y" not in cache:
-            cache["y"] = f(x)
+            cache["y"] = honest(x)
         return cache["y"]
     r = _check(_fake("reuse", run))
     assert not r["passed"] and not r["guards"]["distinct_outputs"]
@@ -116,22 +116,18 @@ def test_uninitialised_output_is_caught():
     assert not r["passed"] and not r["guards"]["finite"]
 
 
-def test_input_mutation_is_caught():
-    c = load_case("smoke1"); w = make_weights(c)
-    f = _honest(c, w)
+def test_input_mutation_is_caught(honest):
     def run(p, x):
-        y = f(x)
+        y = honest(x)
         x.mul_(0.5)  # scribbles on its input after computing the right answer
         return y
     r = _check(_fake("mutate", run))
     assert not r["passed"] and not r["guards"]["input_unchanged"]
 
 
-def test_output_aliasing_the_input_is_caught():
-    c = load_case("smoke1"); w = make_weights(c)
-    f = _honest(c, w)
+def test_output_aliasing_the_input_is_caught(honest):
     def run(p, x):
-        y = f(x)
+        y = honest(x)
         x.copy_(y)  # returns its input buffer, overwritten with the answer
         return x
     r = _check(_fake("alias", run))

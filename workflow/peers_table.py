@@ -8,8 +8,9 @@ anchor for the same protocol, shown so a difference above ~25% stands out.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from .report import load_json
 
 PEERS = ["eager", "eager_sdpa", "nn", "compile_default_fp32", "compile_reduce-overhead_fp32",
          "compile_default_tf32", "compile_reduce-overhead_tf32"]
@@ -24,13 +25,6 @@ SPEC9 = {
 SPEC9_COLS = ["eager", "eager_sdpa", "compile_default_fp32", "compile_reduce-overhead_fp32"]
 
 
-def _load(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def collect(results: Path, gpu: str, correctness_gpu: str | None = None) -> list[dict]:
     rows = []
     cases = sorted({p.name for p in (results / "timing" / gpu).glob("case*")} |
@@ -38,8 +32,8 @@ def collect(results: Path, gpu: str, correctness_gpu: str | None = None) -> list
     for c in cases:
         num = int(c[4:])
         for v in PEERS:
-            t = _load(results / "timing" / gpu / c / f"{v}.json")
-            k = _load(results / "correctness" / (correctness_gpu or gpu) / c / f"{v}.json")
+            t = load_json(results / "timing" / gpu / c / f"{v}.json")
+            k = load_json(results / "correctness" / (correctness_gpu or gpu) / c / f"{v}.json")
             spec = None
             if v in SPEC9_COLS:
                 spec = SPEC9.get(num, (None,) * 4)[SPEC9_COLS.index(v)]

@@ -65,7 +65,6 @@ def run_job(cfg: DictConfig) -> dict:
     if cfg.gpu.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of triton kernels
     import torch
-    import kernels
     from kernels import Unsupported, get_variant, load_case, make_weights
     from .stages import correctness, timing
     from .stages.common import environment, log, resolve_device, write_json_atomic

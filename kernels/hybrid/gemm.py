@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..common.split import split_hi_lo
 from ..reference import fp32_matmul
 from .split_layout import TAIL, split_dtype, split_width
 
@@ -37,10 +38,8 @@ class PreparedLinear:
 def split_weight(w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """w: [N, K], b: [N] fp32 -> [N, 3K + TAIL] = [w_hi | w_lo | w_hi | b_hi, b_lo, 0..] (split_layout)."""
     N, K = w.shape
-    w_hi = w.to(torch.bfloat16).float()
-    w_lo = (w - w_hi).to(torch.bfloat16).float()
-    b_hi = b.to(torch.bfloat16).float()
-    b_lo = (b - b_hi).to(torch.bfloat16).float()
+    w_hi, w_lo = (t.float() for t in split_hi_lo(w))
+    b_hi, b_lo = (t.float() for t in split_hi_lo(b))
     out = torch.zeros((N, split_width(K)), device=w.device, dtype=torch.float32)
     out[:, :K] = w_hi
     out[:, K:2 * K] = w_lo

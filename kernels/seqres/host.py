@@ -11,6 +11,7 @@ import triton
 
 import yaml
 
+from ..common.split import split_hi_lo
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
@@ -64,8 +65,7 @@ def _stack(weights: Weights, name: str, transpose: bool = False) -> torch.Tensor
 def _split_bf16(w: torch.Tensor, as_fp32: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """w = hi + lo + O(2^-17 |w|), hi and lo bf16 (round to nearest even); ``as_fp32``: the same values in
     fp32 tensors (the interpreter has no bf16)."""
-    hi = w.to(torch.bfloat16)
-    lo = (w - hi.float()).to(torch.bfloat16)
+    hi, lo = split_hi_lo(w)
     return (hi.float().contiguous(), lo.float().contiguous()) if as_fp32 else (hi.contiguous(), lo.contiguous())
 
 

@@ -75,7 +75,9 @@ def _yaml(path: Path) -> dict:
 
 def case_names(smoke: bool) -> list[str]:
     """Case configs (config/case/*.yaml), in file order, filtered by their ``smoke`` flag."""
-    return [n for n in config_names("case") if bool(_yaml(CONFIG_DIR / "case" / f"{n}.yaml").get("smoke")) == smoke]
+    from kernels import list_cases
+
+    return list_cases(smoke=smoke)
 
 
 def variant_table() -> dict[str, dict]:

@@ -1,0 +1,11 @@
+"""Host-side split precision shared by the families: fp32 = bf16 hi + bf16 lo (+ O(2^-17) relative)."""
+from __future__ import annotations
+
+import torch
+
+
+def split_hi_lo(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x fp32 -> (hi, lo) bf16 with hi = round(x), lo = round(x - hi) (round to nearest even)."""
+    hi = x.to(torch.bfloat16)
+    lo = (x - hi.float()).to(torch.bfloat16)
+    return hi, lo
