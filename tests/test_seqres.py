@@ -76,7 +76,9 @@ def test_odd_shape_passes_gate(causal):
     dict(ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
     dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
     dict(presplit_weights=True),                                  # bf16x3 on prepare-split weights (emulated)
-], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "presplit"])
+    dict(k_loop="static", block_k=16, presplit_weights=True),     # unrolled K loop, several K steps
+], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "presplit",
+        "static-k"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 

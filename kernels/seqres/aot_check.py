@@ -45,7 +45,7 @@ def compile_case(case, params: dict, arch: int = 90):
     src = ASTSource(_seqres_fwd, sig, constexprs={(names.index(k),): v for k, v in meta.items()}, attrs=attrs)
     t = time.time()
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                       options=dict(num_warps=launch["num_warps"], num_stages=launch["num_stages"]))
+                       options=dict(launch))
     return k, time.time() - t, meta
 
 

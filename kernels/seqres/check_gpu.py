@@ -2,7 +2,7 @@
 median time next to the ``eager_sdpa`` peer, per case and per parameter set; one table at the end.
 
     python -m kernels.seqres.check_gpu --out $OUT [--cases 1 5 6 7 9 10 11] [--sweep [--configs NAME ...]]
-                                     [--budget-s 200]
+                                     [--budget-s 200] [--precompile 12]
 
 ``--sweep`` also tries the parameter sets of ``SWEEP`` (after the defaults of config/variant/seqres.yaml,
 for every case first) until ``--budget-s`` is spent. Writes ``<out>/seqres_check.json`` (rewritten after
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from ..gate import gate
 from ..reference import reference_forward
 from ..registry import get_variant
 from ..weights import make_input, make_weights
-from .host import launch
+from .host import compile_only, launch
 
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 SEEDS = (0, 1)
@@ -34,6 +35,9 @@ FASTEST_PEER_MS = {1: 1.73, 5: 0.24, 6: 0.66, 7: 1.08, 9: 1.37, 10: 1.37, 11: 0.
 _CB = dict(ln_stats="chunked", tile_order="blocked")
 _CBP = dict(ln_stats="chunked", tile_order="blocked", presplit_weights=True)
 SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expected value first, docs/seqres.md)
+    "ks_cbp_bk64": dict(_CBP, k_loop="static", block_k=64),  # static K loops need presplit + BK 64 to fit smem
+    "ks_cbp_bk64_2cta": dict(_CBP, k_loop="static", block_k=64, ctas_per_sm=2, max_split=16),
+    "ks_cbp_bk128": dict(_CBP, k_loop="static", block_k=128),
     "s3": dict(num_stages=3),
     "presplit_s3": dict(presplit_weights=True, num_stages=3),
     "cb_s3": dict(_CB, num_stages=3),
@@ -48,6 +52,27 @@ SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expecte
     "w8": dict(num_warps=8),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
+
+
+def _resolve(over: dict, case, base: dict) -> dict:
+    """The full parameter set of a SWEEP entry for ``case``."""
+    if over.get("fast_layers") == -1:  # every layer (and attention) in plain tf32
+        over = dict(over, fast_layers=case.L, prec_attn="tf32")
+    return dict(base, **over)
+
+
+def _compile_job(n: int, params: dict) -> str:
+    """Worker of --precompile: build the kernel of (case n, params) as check_one will; '' or the error."""
+    try:
+        case = load_case(n)
+        w = make_weights(case, device="cuda")
+        v = get_variant("seqres")
+        for spin in ((200_000, 0) if params.get("split", 1) != 1 else (0,)):
+            p = v.prepare(case, w, **dict(params, spin_limit=spin))
+            compile_only(p)
+        return ""
+    except Exception as e:  # reported by the parent; check_one records it again
+        return f"case {n} {params}: {e!r}"
 
 
 def yaml_params() -> dict:
@@ -94,7 +119,14 @@ def main(argv=None):
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--configs", nargs="+", default=None, help=f"sweep only these SWEEP entries: {list(SWEEP)}")
     ap.add_argument("--budget-s", type=float, default=200.0)
+    ap.add_argument("--precompile", type=int, default=0, metavar="J",
+                    help="first compile every (case, config) in J processes (fills Triton's cache; 0 = off)")
+    ap.add_argument("--precompile-only", action="store_true", help="stop after --precompile")
     a = ap.parse_args(argv)
+    names = [n for n in (a.configs or list(SWEEP)) if a.sweep]
+    unknown = [n for n in names if n not in SWEEP]
+    if unknown:
+        raise SystemExit(f"check_gpu: unknown --configs {unknown}; known: {list(SWEEP)}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -105,6 +137,18 @@ def main(argv=None):
     def save():
         (out / "seqres_check.json").write_text(json.dumps(results, indent=1, default=str))
 
+    if a.precompile > 0:
+        jobs = [(n, dict(base)) for n in a.cases] + [(n, _resolve(SWEEP[nm], load_case(n), base))
+                                                      for nm in names for n in a.cases]
+        t0 = time.time()
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(a.precompile) as pool:
+            errs = [e for e in pool.starmap(_compile_job, jobs) if e]
+        print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.0f}s ({len(errs)} errors)", flush=True)
+        for e in errs:
+            print("  precompile error:", e[:300], flush=True)
+    if a.precompile_only:
+        return
     prepared = {}
     for n in a.cases:
         case = load_case(n)
@@ -124,17 +168,13 @@ def main(argv=None):
                                                     "error")}, flush=True)
         save()
     if a.sweep:
-        for name, over in SWEEP.items():
-            if a.configs is not None and name not in a.configs:
-                continue
+        for name in names:
             for n in a.cases:
                 if time.time() - t_start > a.budget_s:
                     break
                 case, w = prepared[n]
-                if over.get("fast_layers") == -1:  # every layer (and attention) in plain tf32
-                    over = dict(over, fast_layers=case.L, prec_attn="tf32")
                 try:
-                    rec = check_one(case, w, dict(base, **over))
+                    rec = check_one(case, w, _resolve(SWEEP[name], case, base))
                 except Exception as e:
                     rec = {"error": repr(e)[:2000]}
                 results["cases"][n]["configs"][name] = rec

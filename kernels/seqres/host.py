@@ -150,10 +150,13 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
+        K_STATIC={"dynamic": False, "static": True}[o["k_loop"]],
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
+    if int(o["maxnreg"]) > 0:  # register cap per thread (ptxas), e.g. to fit more CTAs per SM
+        launch["maxnreg"] = int(o["maxnreg"])
     info.update(G=G, R=R, grid=n_groups * R, precisions=precs, fast_layers=fast_layers)
     return meta, launch, info
 

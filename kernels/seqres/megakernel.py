@@ -94,7 +94,8 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                   LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                   PRESPLIT: tl.constexpr,
                   R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                  LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr):
+                  LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr,
+                  K_STATIC: tl.constexpr):
     """o = epilogue([LN](a) @ w + b) over the group's M rows in [BM, BN] tiles shared by the R programs:
     round-robin (tile i * R + rank) or, when BLOCKED, a contiguous run of tiles per program (row-major,
     so consecutive tiles share a row block and the LN statistics are computed once per row block)."""
@@ -117,19 +118,19 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                                                 LN_CHUNK, CM)
                         prev_tm = tm
                 _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N,
-                             mean, rstd, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
+                             mean, rstd, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, K_STATIC)
     else:
         for i in range(0, TPP):
             t = i * R + rank
             if NT % R == 0:
                 _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
                                    t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
-                                   LN_CHUNK)
+                                   LN_CHUNK, K_STATIC)
             else:
                 if t < NT:
                     _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
                                        t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
-                                       LN_CHUNK)
+                                       LN_CHUNK, K_STATIC)
 
 
 @triton.jit
@@ -138,7 +139,7 @@ def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0
                        LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                        PRESPLIT: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr):
+                       LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, K_STATIC: tl.constexpr):
     """``_linear_tile`` with the tile's own LN statistics (round-robin order)."""
     offs_m = tm * BM + tl.arange(0, BM)
     if LN:
@@ -147,7 +148,7 @@ def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0
         mean = tl.zeros((BM,), tl.float32)
         rstd = mean
     _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
-                 M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
+                 M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, K_STATIC)
 
 
 @triton.jit
@@ -156,7 +157,8 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                  PRESPLIT: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
+                 K_STATIC: tl.constexpr):
     """One [BM, BN] output tile (tm, tn) of ``_linear_phase``."""
     offs_m = tm * BM + tl.arange(0, BM)
     offs_n = tn * BN + tl.arange(0, BN)
@@ -164,33 +166,15 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
     mask_n = offs_n < N
     rows = row0 + offs_m
     acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, K, BK):
-        offs_k = k0 + tl.arange(0, BK)
-        mask_k = offs_k < K
-        a = tl.load(a_ptr + rows[:, None] * K + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                    other=0.0, cache_modifier=CM)                                            # [BM, BK]
-        if LN:
-            lw = tl.load(lnw_ptr + offs_k, mask=mask_k, other=0.0)
-            lb = tl.load(lnb_ptr + offs_k, mask=mask_k, other=0.0)
-            a = (a - mean[:, None]) * rstd[:, None] * lw[None, :] + lb[None, :]
-            a = tl.where(mask_k[None, :], a, 0.0)
-        wmask = mask_k[:, None] & mask_n[None, :]
-        if PRESPLIT == 0:
-            w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)   # [BK, BN]
-            acc = tl.dot(a, w, acc, input_precision=PREC)
-        else:
-            # bf16x3 on weights split once by prepare into rows 3k, 3k+1, 3k+2 = hi, lo, hi of row k: only
-            # A is split here, and each weight load feeds exactly one dot (Triton's pipeliner then keeps
-            # them async copies): a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi, smallest terms first.
-            # PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16 values (interpreter: exact products)
-            a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
-            w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
-            w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)                                        # [BK, BN]
-            w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
-            w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
-            acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
-            acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
-            acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+    if K_STATIC:
+        # fully unrolled: every K step's loads are independent of the dots, so they can all be in flight
+        for k0 in tl.static_range(0, K, BK):
+            acc = _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k0, mean, rstd,
+                          N, K, LN, PREC, PRESPLIT, BK, CM)
+    else:
+        for k0 in range(0, K, BK):
+            acc = _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k0, mean, rstd,
+                          N, K, LN, PREC, PRESPLIT, BK, CM)
     acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     if GELU:
         acc = gelu_erf(acc)
@@ -198,6 +182,40 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
     if RESID:
         acc += tl.load(r_ptr + rows[:, None] * N + offs_n[None, :], mask=omask, other=0.0, cache_modifier=CM)
     tl.store(o_ptr + rows[:, None] * N + offs_n[None, :], acc, mask=omask)
+
+
+@triton.jit
+def _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k0, mean, rstd,
+            N: tl.constexpr, K: tl.constexpr, LN: tl.constexpr, PREC: tl.constexpr, PRESPLIT: tl.constexpr,
+            BK: tl.constexpr, CM: tl.constexpr):
+    """acc + [LN](a[rows, k0:k0+BK]) @ w[k0:k0+BK, offs_n] (one K step of ``_linear_tile``)."""
+    offs_k = k0 + tl.arange(0, BK)
+    mask_k = offs_k < K
+    a = tl.load(a_ptr + rows[:, None] * K + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                other=0.0, cache_modifier=CM)                                            # [BM, BK]
+    if LN:
+        lw = tl.load(lnw_ptr + offs_k, mask=mask_k, other=0.0)
+        lb = tl.load(lnb_ptr + offs_k, mask=mask_k, other=0.0)
+        a = (a - mean[:, None]) * rstd[:, None] * lw[None, :] + lb[None, :]
+        a = tl.where(mask_k[None, :], a, 0.0)
+    wmask = mask_k[:, None] & mask_n[None, :]
+    if PRESPLIT == 0:
+        w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)   # [BK, BN]
+        acc = tl.dot(a, w, acc, input_precision=PREC)
+    else:
+        # bf16x3 on weights split once by prepare into rows 3k, 3k+1, 3k+2 = hi, lo, hi of row k: only
+        # A is split here, and each weight load feeds exactly one dot (Triton's pipeliner then keeps
+        # them async copies): a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi, smallest terms first.
+        # PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16 values (interpreter: exact products)
+        a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
+        w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
+        w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)                                        # [BK, BN]
+        w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
+        w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
+        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+    return acc
 
 
 @triton.jit
@@ -291,6 +309,7 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
            BDH: tl.constexpr, CM: tl.constexpr,
            LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
+           K_STATIC: tl.constexpr,
            P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
            P_FFN2: tl.constexpr):
     """One encoder layer for the group; ``bar`` is the flag target of this layer's first barrier."""
@@ -298,21 +317,21 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
     WF: tl.constexpr = 3 if PRESPLIT else 1  # presplit weights hold 3 bf16 rows (hi, lo, hi) per fp32 row
     _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WF * D * 3 * D), bqkv_ptr + l * (3 * D),
                   y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED)
+                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (WF * D * D), bo_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED)
+                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WF * D * 4 * D), b1_ptr + l * (4 * D),
                   y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED)
+                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (WF * 4 * D * D), b2_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED)
+                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
 
 
@@ -344,6 +363,7 @@ def _seqres_fwd(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
+    K_STATIC: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -367,7 +387,7 @@ def _seqres_fwd(
                    flags_ptr, err_ptr, spin_limit, l,
                    epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
+                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
     if L_FAST > 0:
         for l in range(L - L_FAST, L):
             _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
@@ -375,6 +395,6 @@ def _seqres_fwd(
                    flags_ptr, err_ptr, spin_limit, l,
                    epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                    S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
+                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
