@@ -72,12 +72,12 @@ def test_odd_shape_passes_gate(causal):
     dict(flag_barrier=True, spin_limit=10),                       # the flag protocol path, R == 1
     dict(seqs_per_program=2, block_m_ln=8),                       # two sequences per program
     dict(block_n=32, block_k=16, block_q=16, block_kv=16),        # several tiles / key blocks per phase
-    dict(fast_layers=1, prec_fast="tf32"),                        # per-layer precision split compiles/runs
+    dict(fast_layers=1, prec_fast="tf32", presplit_weights=False),  # per-layer precision split compiles/runs
     dict(ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
     dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
-    dict(presplit_weights=True),                                  # bf16x3 on prepare-split weights (emulated)
+    dict(presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
     dict(k_loop="static", block_k=16, presplit_weights=True),     # unrolled K loop, several K steps
-], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "presplit",
+], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "static-k"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))

@@ -54,6 +54,7 @@ SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expecte
     "p_s3_2cta_chunked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, ln_stats="chunked"),
     "p_s3_2cta_blocked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, tile_order="blocked"),
     "p_s3_3cta_bm32": dict(presplit_weights=True, num_stages=3, ctas_per_sm=3, max_split=16, maxnreg=168, block_m=32),
+    "bq32": dict(block_q=32, block_kv=32),  # on today's defaults (presplit, s3, 2 CTAs/SM, blocked)
     "s3": dict(num_stages=3),
     "presplit_s3": dict(presplit_weights=True, num_stages=3),
     "cb_s3": dict(_CB, num_stages=3),
