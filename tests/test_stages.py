@@ -183,3 +183,13 @@ def test_tagged_runs_do_not_overwrite_default_results(tmp_path):
 def test_no_family_failed_to_import():
     from kernels.families import IMPORT_ERRORS
     assert IMPORT_ERRORS == {}
+
+
+def test_git_commit_prefers_the_explicit_commit(monkeypatch):
+    """A copied tree (lent GPU box) may carry a stale .git: $MKH_GIT_COMMIT, when set, is what is recorded."""
+    from workflow.stages.common import git_commit
+    monkeypatch.setenv("MKH_GIT_COMMIT", "0123abc")
+    assert git_commit() == "0123abc"
+    monkeypatch.delenv("MKH_GIT_COMMIT")
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert git_commit().startswith(head or "unknown")

@@ -46,7 +46,10 @@ def _json_default(o):
 
 
 def git_commit() -> str:
-    """HEAD of the checkout (``+dirty`` when tracked files changed); $MKH_GIT_COMMIT where there is no .git."""
+    """$MKH_GIT_COMMIT when set (a copied tree whose .git may be stale, e.g. a lent GPU box); else HEAD of
+    the checkout (``+dirty`` when tracked files changed); "unknown" without either."""
+    if os.environ.get("MKH_GIT_COMMIT"):
+        return os.environ["MKH_GIT_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -55,7 +58,7 @@ def git_commit() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("MKH_GIT_COMMIT", "unknown")
+        return "unknown"
 
 
 def _nvidia_smi(uuid: str | None, fields: str) -> list[str] | None:
