@@ -198,3 +198,13 @@ def test_gate_catches_a_wrong_kernel():
     w = make_weights(c)
     x = make_input(c, 1.0, 0)
     assert not gate(reference_forward(c, make_weights(c, seed=5), x), reference_forward(c, w, x)).passed
+
+
+def test_smem_fit_halves_the_attention_tile_only_when_shared_memory_is_the_limit():
+    from kernels.seqres.host import smem_fit_step
+    meta = dict(BQ=64, BKV=64)
+    # 255 regs x 4 warps allow 2 programs per SM; 128 KiB of shared memory allows 1 (H200 case 9 at BQ 64)
+    assert smem_fit_step(meta, 255, 131072, 4, occ=1, cps=2) == dict(block_q=32, block_kv=32)
+    assert smem_fit_step(meta, 255, 61952, 4, occ=2, cps=2) is None          # already fits
+    assert smem_fit_step(meta, 255, 131072, 8, occ=1, cps=2) is None         # registers are the limit
+    assert smem_fit_step(dict(BQ=16, BKV=16), 255, 131072, 4, occ=1, cps=2) is None  # tile at its floor

@@ -55,6 +55,10 @@ SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expecte
     "p_s3_2cta_blocked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, tile_order="blocked"),
     "p_s3_3cta_bm32": dict(presplit_weights=True, num_stages=3, ctas_per_sm=3, max_split=16, maxnreg=168, block_m=32),
     "bq32": dict(block_q=32, block_kv=32),  # on today's defaults (presplit, s3, 2 CTAs/SM, blocked)
+    "bn128": dict(block_n=128),             # (today's defaults, as bq32)
+    "bm128": dict(block_m=128),
+    "3cta": dict(ctas_per_sm=3, maxnreg=168),
+    "nofit": dict(fit_smem=False),
     "s3": dict(num_stages=3),
     "presplit_s3": dict(presplit_weights=True, num_stages=3),
     "cb_s3": dict(_CB, num_stages=3),

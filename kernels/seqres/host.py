@@ -207,20 +207,47 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
 
     p = make(meta, launch_opts, info)
     if dev.type == "cuda" and cps > 1 and meta["R"] > 1:
-        # more than one program per SM: prove co-residency from the compiled kernel's occupancy, and
-        # shrink the split until the grid fits the proven slots (R changes the binary: recheck)
-        for _ in range(4):
-            occ = occupancy(compile_only(p), launch_opts["num_warps"], dev)
+        # more than one program per SM: prove co-residency from the compiled kernel's occupancy. When shared
+        # memory alone keeps the programs off the SM (fit_smem), halve the attention tile and recompile;
+        # otherwise shrink the split until the grid fits the proven slots (R changes the binary: recheck)
+        over = dict(params)
+        for _ in range(8):
+            k = compile_only(p)
+            occ = occupancy(k, launch_opts["num_warps"], dev)
             p.info["occupancy"] = occ
             if p.meta["R"] == 1 or p.grid[0] <= n_sm * occ:
                 break
-            meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, min(occ, cps)),
-                                                   **params)
-            info["occupancy"] = occ
+            fit = (smem_fit_step(p.meta, k.n_regs, k.metadata.shared, launch_opts["num_warps"], occ, cps)
+                   if p_fit_smem(params) else None)
+            if fit:
+                over.update(fit)
+                meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * cps, **over)
+                info["smem_fit"] = dict(fit, shared_before=k.metadata.shared, occupancy_before=occ)
+            else:
+                meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, min(occ, cps)),
+                                                       **over)
+                info["occupancy"] = occ
+                if "smem_fit" in p.info:
+                    info["smem_fit"] = p.info["smem_fit"]
             p = make(meta, launch_opts, info)
         else:
             raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
     return p
+
+
+def p_fit_smem(params: dict) -> bool:
+    return bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
+
+
+def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int, cps: int) -> dict | None:
+    """Parameter changes that may let ``cps`` programs share an SM when shared memory alone stops them
+    (registers and threads would allow it): the attention tile halved (block_q, block_kv >= 16). None when
+    shared memory is not the limit or the tile is already at its floor."""
+    if occ >= cps or ctas_per_sm_limit(n_regs, 0, num_warps) < cps:
+        return None
+    if ctas_per_sm_limit(n_regs, shared, num_warps) >= cps or max(meta["BQ"], meta["BKV"]) <= 16:
+        return None
+    return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
 
 
 def compile_only(p: SeqresPrepared):
