@@ -101,7 +101,7 @@ def matrix_expectation(name: str) -> dict:
     return {"cases": cases, "variants": variants, "ncu": ncu, "stages": dict(m.stages)}
 
 
-@pytest.mark.parametrize("name", ["full", "quick", "smoke"])
+@pytest.mark.parametrize("name", ["full", "quick", "smoke", "families"])
 def test_dry_run_job_counts_equal_the_matrix(repo, name):
     want = matrix_expectation(name)
     counts, text = dry(repo, "--config", f"matrix={name}")
