@@ -77,8 +77,10 @@ def test_odd_shape_passes_gate(causal):
     dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
     dict(presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
     dict(k_loop="static", block_k=16, presplit_weights=True),     # unrolled K loop, several K steps
+    dict(gemm_loop="flat", flag_barrier=True, spin_limit=10),     # flat (tile, K) loops, LN-split phases
+    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "static-k"])
+        "static-k", "flat", "flat-small-tiles"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -208,3 +210,13 @@ def test_smem_fit_halves_the_attention_tile_only_when_shared_memory_is_the_limit
     assert smem_fit_step(meta, 255, 61952, 4, occ=2, cps=2) is None          # already fits
     assert smem_fit_step(meta, 255, 131072, 8, occ=1, cps=2) is None         # registers are the limit
     assert smem_fit_step(dict(BQ=16, BKV=16), 255, 131072, 4, occ=1, cps=2) is None  # tile at its floor
+
+
+def test_flat_gemm_loop_needs_presplit_weights():
+    with pytest.raises(ValueError, match="presplit_weights"):
+        prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flat", presplit_weights=False)
+
+
+@needs_backend
+def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale():
+    _check(load_case("smoke1"), dict(gemm_loop="flat"), SCALES, (0, 1))

@@ -16,7 +16,6 @@ from triton.compiler import ASTSource
 from ..cases import load_case
 from .megakernel import _seqres_fwd
 
-_PTR_ARGS = 5 + 14 + 0  # x, y, a, qkv, f + 14 weight tensors
 
 
 def compile_case(case, params: dict, arch: int = 90):
@@ -30,6 +29,8 @@ def compile_case(case, params: dict, arch: int = 90):
         if n in meta:
             sig[n] = "constexpr"
         elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] == 1:
+            sig[n] = "*bf16"
+        elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["FLAT"] and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
         elif n in ("flags_ptr", "err_ptr"):
             sig[n] = "*i32"

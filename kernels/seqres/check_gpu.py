@@ -54,6 +54,10 @@ SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expecte
     "p_s3_2cta_chunked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, ln_stats="chunked"),
     "p_s3_2cta_blocked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, tile_order="blocked"),
     "p_s3_3cta_bm32": dict(presplit_weights=True, num_stages=3, ctas_per_sm=3, max_split=16, maxnreg=168, block_m=32),
+    "flat": dict(gemm_loop="flat"),        # on today's defaults; built in session 2, not yet measured
+    "flat_bn128": dict(gemm_loop="flat", block_n=128),
+    "flat_4cta": dict(gemm_loop="flat", ctas_per_sm=4, max_split=16),
+    "flat_s4": dict(gemm_loop="flat", num_stages=4),
     "bq32": dict(block_q=32, block_kv=32),  # on today's defaults (presplit, s3, 2 CTAs/SM, blocked)
     "bn128": dict(block_n=128),             # (today's defaults, as bq32)
     "bm128": dict(block_m=128),

@@ -15,7 +15,7 @@ from ..common.split import split_hi_lo
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
-from .megakernel import BARRIERS_PER_LAYER, _seqres_fwd
+from .megakernel import BARRIERS_PER_LAYER, BARRIERS_PER_LAYER_FLAT, _seqres_fwd
 
 PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
 _EPOCH_LIMIT = 1 << 30
@@ -39,7 +39,7 @@ def _block(want: int, extent: int, lo: int = 16) -> int:
 class SeqresPrepared:
     case: Case
     tensors: list            # weights in kernel argument order
-    scratch: dict            # a, qkv, f: reused across calls (no input-dependent state survives a call)
+    scratch: dict            # a, qkv, f, x/f hi+lo: reused across calls (no input-dependent state survives a call)
     flags: torch.Tensor      # [n_groups, BLOCK_R] int32
     err: torch.Tensor        # [1] int32
     grid: tuple
@@ -52,7 +52,8 @@ class SeqresPrepared:
 
     @property
     def barriers_per_launch(self) -> int:
-        return 1 + int(BARRIERS_PER_LAYER.value) * self.case.L
+        per_layer = BARRIERS_PER_LAYER_FLAT if self.meta["FLAT"] else BARRIERS_PER_LAYER
+        return 1 + int(per_layer.value) * self.case.L
 
 
 def _stack(weights: Weights, name: str, transpose: bool = False) -> torch.Tensor:
@@ -140,6 +141,9 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
+    flat = {"tiled": False, "flat": True}[o["gemm_loop"]]
+    if flat and not presplit:
+        raise ValueError("seqres: gemm_loop=flat needs presplit_weights=true (its A operands come pre-split)")
     M = G * S
     dh = case.dh
     meta = dict(
@@ -150,7 +154,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
-        K_STATIC={"dynamic": False, "static": True}[o["k_loop"]],
+        K_STATIC={"dynamic": False, "static": True}[o["k_loop"]], FLAT=flat,
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -195,6 +199,12 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     f32 = dict(device=dev, dtype=torch.float32)
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))
+    if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
+        sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
+        scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
+                       f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
+    else:
+        scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
     n_groups = B // meta["G"]
 
     def make(meta, launch_opts, info):
@@ -250,10 +260,15 @@ def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int
     return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
 
 
+def _scratch_args(p: SeqresPrepared) -> tuple:
+    s = p.scratch
+    return s["a"], s["qkv"], s["f"], s["x_hi"], s["x_lo"], s["f_hi"], s["f_lo"]
+
+
 def compile_only(p: SeqresPrepared):
     """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
     x = p.scratch["a"]
-    k = _seqres_fwd.warmup(x, x, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors, p.flags, p.err,
+    k = _seqres_fwd.warmup(x, x, *_scratch_args(p), *p.tensors, p.flags, p.err,
                            1, 0, p.qk_scale, grid=p.grid, **p.meta, **p.launch)
     k._init_handles()
     return k
@@ -282,7 +297,7 @@ def ctas_per_sm_limit(n_regs: int, shared: int, num_warps: int, regs_sm: int = 6
 def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills)."""
     spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
-    k = _seqres_fwd[p.grid](x, y, p.scratch["a"], p.scratch["qkv"], p.scratch["f"], *p.tensors,
+    k = _seqres_fwd[p.grid](x, y, *_scratch_args(p), *p.tensors,
                             p.flags, p.err, spin, p.epoch, p.qk_scale, **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
     return k

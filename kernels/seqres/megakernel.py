@@ -220,24 +220,27 @@ def _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k
 
 @triton.jit
 def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns j*DH of each part
-                     o_ptr,         # [*, D] fp32 merged heads
+                     o_ptr,         # [*, D] fp32 merged heads (SPLIT_OUT: the bf16 hi part)
+                     olo_ptr,       # [*, D] the lo part (SPLIT_OUT only)
                      row0, rank,
                      qk_scale,      # log2(e) / sqrt(DH)
                      S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                      G: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, R: tl.constexpr,
-                     BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr):
-    """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R."""
+                     BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
+                     SPLIT_OUT: tl.constexpr = 0):
+    """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R.
+    SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16, 2: fp32-held, interpreter)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     for i in range(0, (NT + R - 1) // R):
         t = i * R + rank
         if NT % R == 0:
-            _attention_tile(qkv_ptr, o_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
-                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM)
+            _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
+                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT)
         else:
             if t < NT:
-                _attention_tile(qkv_ptr, o_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
-                                S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM)
+                _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
+                                qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT)
 
 
 @triton.jit
@@ -267,10 +270,11 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
 
 
 @triton.jit
-def _attention_tile(qkv_ptr, o_ptr, row0, g, hd, qb, qk_scale,
+def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                     CAUSAL: tl.constexpr, PREC: tl.constexpr,
-                    BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr):
+                    BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
+                    SPLIT_OUT: tl.constexpr):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
@@ -295,8 +299,14 @@ def _attention_tile(qkv_ptr, o_ptr, row0, g, hd, qb, qk_scale,
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
                                              S, D, DH, CAUSAL, PREC, BKV, BDH, CM)
     out = acc / l_i[:, None]
-    tl.store(o_ptr + (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :], out,
-             mask=mask_q[:, None] & mask_d[None, :])
+    optrs = (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :]
+    omask = mask_q[:, None] & mask_d[None, :]
+    if SPLIT_OUT:
+        hi, lo = split_bf16(out, SPLIT_OUT == 1)
+        tl.store(o_ptr + optrs, hi, mask=omask)
+        tl.store(olo_ptr + optrs, lo, mask=omask)
+    else:
+        tl.store(o_ptr + optrs, out, mask=omask)
 
 
 @triton.jit
@@ -319,7 +329,7 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
                   y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _attention_phase(qkv_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
+    _attention_phase(qkv_ptr, a_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (WF * D * D), bo_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, PRESPLIT, R, BM, BN, BK, CM,
@@ -335,7 +345,132 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
 
 
-BARRIERS_PER_LAYER = tl.constexpr(5)
+@triton.jit
+def _ln_split_phase(src_ptr, w_ptr, b_ptr, hi_ptr, lo_ptr, row0, rank,
+                    M: tl.constexpr, D: tl.constexpr, R: tl.constexpr, BM_LN: tl.constexpr, BD: tl.constexpr,
+                    CM: tl.constexpr, SPLIT: tl.constexpr):
+    """hi + lo = LN(src) for the group's M rows (the A operand of a flat GEMM phase, split once instead
+    of once per N tile), row blocks round-robin over the R programs. SPLIT 1: bf16 parts; 2: fp32-held."""
+    NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
+    offs_d = tl.arange(0, BD)
+    mask_d = offs_d < D
+    for i in range(0, (NT + R - 1) // R):
+        t = i * R + rank
+        offs_m = t * BM_LN + tl.arange(0, BM_LN)
+        ptrs = (row0 + offs_m)[:, None] * D + offs_d[None, :]
+        mask = (offs_m < M)[:, None] & mask_d[None, :]
+        x = tl.load(src_ptr + ptrs, mask=mask, other=0.0, cache_modifier=CM)
+        w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
+        b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
+        hi, lo = split_bf16(layernorm_rows(x, w, b, mask_d, D, LN_EPS), SPLIT == 1)
+        tl.store(hi_ptr + ptrs, hi, mask=mask)
+        tl.store(lo_ptr + ptrs, lo, mask=mask)
+
+
+@triton.jit
+def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf16, or fp32-held: PRESPLIT 2)
+                       w_ptr,             # [3K, N] presplit weight, rows hi|lo|hi of row k
+                       b_ptr, r_ptr,      # [N] bias; [*, N] residual (RESID; may alias o_ptr)
+                       o_ptr, olo_ptr,    # [*, N] output (fp32), or its hi/lo parts (SPLIT_OUT)
+                       row0, rank,
+                       M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                       GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
+                       PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
+    """o = epilogue(a @ w + b) with ONE loop over (tile, K step) pairs of this program's contiguous run of
+    tiles, so the software pipeliner prefetches the next tile's first K steps while the current tile
+    finishes (a short K loop per tile pays its load latency once per tile instead). A comes pre-split
+    (LayerNorm applied by ``_ln_split_phase``, or split by the producer's epilogue); three dots per step
+    as in ``_k_step``'s presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a
+    tile's last K step."""
+    NT_N: tl.constexpr = (N + BN - 1) // BN
+    NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
+    TPP: tl.constexpr = (NT + R - 1) // R
+    KT: tl.constexpr = (K + BK - 1) // BK
+    acc = tl.zeros((BM, BN), tl.float32)
+    for i in range(0, TPP * KT):
+        j = i // KT
+        kk = i - j * KT
+        t = rank * TPP + j
+        tm = t // NT_N
+        tn = t - tm * NT_N
+        offs_m = tm * BM + tl.arange(0, BM)
+        offs_n = tn * BN + tl.arange(0, BN)
+        offs_k = kk * BK + tl.arange(0, BK)
+        mask_m = (offs_m < M) & (t < NT)
+        mask_n = offs_n < N
+        mask_k = offs_k < K
+        rows = row0 + offs_m
+        amask = mask_m[:, None] & mask_k[None, :]
+        a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+        a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+        wmask = mask_k[:, None] & mask_n[None, :]
+        w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
+        w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)
+        w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
+        w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
+        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+        if kk == KT - 1:
+            acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
+            if GELU:
+                acc = gelu_erf(acc)
+            optrs = rows[:, None] * N + offs_n[None, :]
+            omask = mask_m[:, None] & mask_n[None, :]
+            if RESID:
+                acc += tl.load(r_ptr + optrs, mask=omask, other=0.0, cache_modifier=CM)
+            if SPLIT_OUT:
+                hi, lo = split_bf16(acc, PRESPLIT == 1)
+                tl.store(o_ptr + optrs, hi, mask=omask)
+                tl.store(olo_ptr + optrs, lo, mask=omask)
+            else:
+                tl.store(o_ptr + optrs, acc, mask=omask)
+            acc = tl.zeros((BM, BN), tl.float32)
+
+
+@triton.jit
+def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
+                ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+                ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+                flags_ptr, err_ptr, spin_limit, l, bar, row0, rank, qk_scale,
+                S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
+                CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
+                BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
+                PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr):
+    """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
+    pre-split — LN1/LN2 by ``_ln_split_phase`` (two more phases, 7 barriers per layer), the attention
+    output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
+    attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write)."""
+    M: tl.constexpr = G * S
+    _ln_split_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, xhi_ptr, xlo_ptr, row0, rank, M, D, R, BM_LN, BD,
+                    CM, PRESPLIT)
+    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (3 * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
+                       qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
+                       BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV,
+                     BDH, CM, PRESPLIT)
+    _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (3 * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _ln_split_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, xhi_ptr, xlo_ptr, row0, rank, M, D, R, BM_LN, BD,
+                    CM, PRESPLIT)
+    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (3 * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                       BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (3 * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM)
+    _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+
+
+BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
+BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases
 
 
 @triton.jit(do_not_specialize=["epoch", "spin_limit"])
@@ -345,6 +480,8 @@ def _seqres_fwd(
     a_ptr,                  # [B*S, D] fp32 scratch: merged attention heads
     qkv_ptr,                # [B*S, 3D] fp32 scratch
     f_ptr,                  # [B*S, 4D] fp32 scratch: GELU(FFN1)
+    xhi_ptr, xlo_ptr,       # [B*S, D] split scratch of the flat GEMM loops (FLAT; else unused)
+    fhi_ptr, flo_ptr,       # [B*S, 4D] split GELU(FFN1) (FLAT; else unused)
     ln1w_ptr, ln1b_ptr,     # [L, D]
     wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed; PRESPLIT: [L, 3D, 3D] bf16 hi/lo/hi rows), [L, 3D]
     wo_ptr, bo_ptr,         # [L, D, D], [L, D]
@@ -363,7 +500,7 @@ def _seqres_fwd(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
-    K_STATIC: tl.constexpr,
+    K_STATIC: tl.constexpr, FLAT: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -380,21 +517,31 @@ def _seqres_fwd(
 
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    if L_FAST < L:
-        for l in range(0, L - L_FAST):
-            _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
-                   ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   flags_ptr, err_ptr, spin_limit, l,
-                   epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
-                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
-    if L_FAST > 0:
-        for l in range(L - L_FAST, L):
-            _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
-                   ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                   flags_ptr, err_ptr, spin_limit, l,
-                   epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
-                   S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                   LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
+    if FLAT:
+        for l in range(0, L):
+            _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
+                        ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+                        ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+                        flags_ptr, err_ptr, spin_limit, l,
+                        epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
+                        S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
+                        PRESPLIT, P_QKV, P_ATTN)
+    else:
+        if L_FAST < L:
+            for l in range(0, L - L_FAST):
+                _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+                       ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+                       flags_ptr, err_ptr, spin_limit, l,
+                       epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                       S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
+                       LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
+        if L_FAST > 0:
+            for l in range(L - L_FAST, L):
+                _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
+                       ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
+                       flags_ptr, err_ptr, spin_limit, l,
+                       epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
+                       S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
+                       LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
