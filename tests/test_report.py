@@ -211,3 +211,19 @@ def test_error_table_takes_the_worst_seed(results_root):
     et = R.error_table(res)
     row = et[(et["variant"] == "auto") & (et["case"] == "c3") & (et["scale"] == 0.001)]
     assert row["max_over_tol"].item() == pytest.approx(2.5)
+
+
+def test_noisy_timing_and_timing_flags_are_noted(tmp_path):
+    """A wide p20-p80 spread and the timing stage's own flags reach the row's note (still counted: the
+    median is what was measured)."""
+    results_root = write_results(tmp_path / "outputs")
+    p = results_root / "timing" / "h200" / "c1" / "auto.json"
+    d = json.loads(p.read_text())
+    d.update(p20_ms=2.4, p80_ms=4.0, min_ms=2.3, flags=["SM clock moved 300 MHz during the run (bound 150)"])
+    p.write_text(json.dumps(d))
+    df = R.build_summary(R.load_results(results_root, "h200", "mig", None, CASES, VARIANTS), INFO, CEILINGS)
+    note = _row(df, "c1", "auto")["note"]
+    assert "noisy timing: p20-p80 2.4-4 ms is 64% of the median (fastest call 2.3 ms)" in note
+    assert "timing flag: SM clock moved 300 MHz" in note
+    assert _row(df, "c1", "auto")["usable"]
+    assert _row(df, "c1", "eager")["note"] == ""  # a 4% spread is not noted

@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 HEADLINE_VARIANT = "auto"
+NOISY_SPREAD = 0.25  # a timing whose p20-p80 spread exceeds this fraction of its median is noted as noisy
 EAGER = "eager"
 COMPILE_DEFAULT = "compile_default_fp32"
 COMPARISONS = {  # column suffix -> (label, baseline column holding the baseline's name or time)
@@ -197,6 +198,13 @@ def build_summary(res: Results, info: dict[str, dict], ceilings: dict) -> pd.Dat
                                f"(max error {_fmt(worst.get('max_over_tol'))} x tolerance)")
             if post is False:
                 reasons.append("timed output failed the post-timing check")
+            if timed:
+                reasons += [f"timing flag: {f}" for f in td.get("flags") or []]
+                med, p20, p80 = td.get("median_ms"), td.get("p20_ms"), td.get("p80_ms")
+                if med and p20 is not None and p80 is not None and (p80 - p20) > NOISY_SPREAD * med:
+                    reasons.append(f"noisy timing: p20-p80 {_fmt(p20)}-{_fmt(p80)} ms is "
+                                   f"{100 * (p80 - p20) / med:.0f}% of the median (fastest call "
+                                   f"{_fmt(td.get('min_ms'))} ms)")
             row["note"] = "; ".join(reasons)
             rows.append(row)
     df = pd.DataFrame(rows)
