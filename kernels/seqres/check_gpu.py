@@ -34,7 +34,9 @@ CASES = (1, 5, 6, 7, 9, 10, 11)
 FASTEST_PEER_MS = {1: 1.73, 5: 0.24, 6: 0.66, 7: 1.08, 9: 1.37, 10: 1.37, 11: 0.50}  # SPEC §9 (H200)
 _CB = dict(ln_stats="chunked", tile_order="blocked")
 _CBP = dict(ln_stats="chunked", tile_order="blocked", presplit_weights=True)
-SWEEP = {  # name -> overrides of the yaml defaults, in the order tried (expected value first, docs/seqres.md)
+# name -> overrides of the yaml defaults at run time (so an entry's meaning moves with the defaults; every result
+# records its full parameter set); --configs picks and orders them. Names and outcomes: docs/seqres.md.
+SWEEP = {
     "ks_cbp_bk64": dict(_CBP, k_loop="static", block_k=64),  # static K loops need presplit + BK 64 to fit smem
     "ks_cbp_bk64_2cta": dict(_CBP, k_loop="static", block_k=64, ctas_per_sm=2, max_split=16),
     "ks_cbp_bk128": dict(_CBP, k_loop="static", block_k=128),

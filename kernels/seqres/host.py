@@ -221,6 +221,7 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         # memory alone keeps the programs off the SM (fit_smem), halve the attention tile and recompile;
         # otherwise shrink the split until the grid fits the proven slots (R changes the binary: recheck)
         over = dict(params)
+        fit_smem = bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
         for _ in range(8):
             k = compile_only(p)
             occ = occupancy(k, launch_opts["num_warps"], dev)
@@ -228,7 +229,7 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
             if p.meta["R"] == 1 or p.grid[0] <= n_sm * occ:
                 break
             fit = (smem_fit_step(p.meta, k.n_regs, k.metadata.shared, launch_opts["num_warps"], occ, cps)
-                   if p_fit_smem(params) else None)
+                   if fit_smem else None)
             if fit:
                 over.update(fit)
                 meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * cps, **over)
@@ -243,10 +244,6 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         else:
             raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
     return p
-
-
-def p_fit_smem(params: dict) -> bool:
-    return bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
 
 
 def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int, cps: int) -> dict | None:
