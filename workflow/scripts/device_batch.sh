@@ -5,7 +5,8 @@
 # Results land in outputs/ exactly as the Snakemake jobs write them.
 #   usage: workflow/scripts/device_batch.sh "case05,case01" "eager,eager_sdpa" h200 [hydra overrides...]
 #   env:   N_PAR (default 6), DEADLINE_S (stop starting new processes after this many seconds; default 540),
-#          STAGES (default "correctness timing"), PACK (a .tar.gz to refresh with outputs/ after each step)
+#          STAGES (default "correctness timing"), PACK (a .tar.gz to refresh with outputs/ after each step),
+#          MKH_GIT_COMMIT (the commit to record when the box's copied .git is not the tree's)
 set -uo pipefail
 cases=$1; variants=$2; gpu=$3; shift 3
 N_PAR=${N_PAR:-6}; DEADLINE_S=${DEADLINE_S:-540}; STAGES=${STAGES:-correctness timing}
