@@ -47,12 +47,15 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 
 @triton.jit
 def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
-                dst_ptr,            # [*, D] fp32
+                dst_ptr,            # [*, D] fp32 (SPLIT: the hi part)
                 w_ptr, b_ptr,       # [D] LayerNorm weight / bias (used when LN)
                 row0, rank,
                 M: tl.constexpr, D: tl.constexpr, LN: tl.constexpr, R: tl.constexpr,
-                BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr):
-    """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs."""
+                BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
+                SPLIT: tl.constexpr = 0, dlo_ptr=None):
+    """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs.
+    SPLIT (the A operand of a flat GEMM phase, split once instead of once per N tile): dst + dlo = the
+    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter)."""
     NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
@@ -67,7 +70,12 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
             w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
             b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
             x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
-        tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
+        if SPLIT:
+            hi, lo = split_bf16(x, SPLIT == 1)
+            tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], hi, mask=mask)
+            tl.store(dlo_ptr + rows[:, None] * D + offs_d[None, :], lo, mask=mask)
+        else:
+            tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
 
 
 @triton.jit
@@ -346,28 +354,6 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
 
 
 @triton.jit
-def _ln_split_phase(src_ptr, w_ptr, b_ptr, hi_ptr, lo_ptr, row0, rank,
-                    M: tl.constexpr, D: tl.constexpr, R: tl.constexpr, BM_LN: tl.constexpr, BD: tl.constexpr,
-                    CM: tl.constexpr, SPLIT: tl.constexpr):
-    """hi + lo = LN(src) for the group's M rows (the A operand of a flat GEMM phase, split once instead
-    of once per N tile), row blocks round-robin over the R programs. SPLIT 1: bf16 parts; 2: fp32-held."""
-    NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
-    offs_d = tl.arange(0, BD)
-    mask_d = offs_d < D
-    for i in range(0, (NT + R - 1) // R):
-        t = i * R + rank
-        offs_m = t * BM_LN + tl.arange(0, BM_LN)
-        ptrs = (row0 + offs_m)[:, None] * D + offs_d[None, :]
-        mask = (offs_m < M)[:, None] & mask_d[None, :]
-        x = tl.load(src_ptr + ptrs, mask=mask, other=0.0, cache_modifier=CM)
-        w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
-        b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
-        hi, lo = split_bf16(layernorm_rows(x, w, b, mask_d, D, LN_EPS), SPLIT == 1)
-        tl.store(hi_ptr + ptrs, hi, mask=mask)
-        tl.store(lo_ptr + ptrs, lo, mask=mask)
-
-
-@triton.jit
 def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf16, or fp32-held: PRESPLIT 2)
                        w_ptr,             # [3K, N] presplit weight, rows hi|lo|hi of row k
                        b_ptr, r_ptr,      # [N] bias; [*, N] residual (RESID; may alias o_ptr)
@@ -380,7 +366,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     """o = epilogue(a @ w + b) with ONE loop over (tile, K step) pairs of this program's contiguous run of
     tiles, so the software pipeliner prefetches the next tile's first K steps while the current tile
     finishes (a short K loop per tile pays its load latency once per tile instead). A comes pre-split
-    (LayerNorm applied by ``_ln_split_phase``, or split by the producer's epilogue); three dots per step
+    (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step
     as in ``_k_step``'s presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a
     tile's last K step."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
@@ -440,12 +426,12 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
-    pre-split — LN1/LN2 by ``_ln_split_phase`` (two more phases, 7 barriers per layer), the attention
+    pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write)."""
     M: tl.constexpr = G * S
-    _ln_split_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, xhi_ptr, xlo_ptr, row0, rank, M, D, R, BM_LN, BD,
-                    CM, PRESPLIT)
+    _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
+                PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (3 * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                        qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
@@ -457,8 +443,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (3 * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
                        row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
-    _ln_split_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, xhi_ptr, xlo_ptr, row0, rank, M, D, R, BM_LN, BD,
-                    CM, PRESPLIT)
+    _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
+                PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (3 * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                        fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, PRESPLIT, P_LIN, PRESPLIT, R,
