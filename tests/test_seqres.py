@@ -76,11 +76,11 @@ def test_odd_shape_passes_gate(causal):
     dict(ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
     dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
     dict(presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
-    dict(k_loop="static", block_k=16, presplit_weights=True),     # unrolled K loop, several K steps
+    dict(block_k=16, presplit_weights=True),                      # presplit dots, several K steps
     dict(gemm_loop="flat", flag_barrier=True, spin_limit=10),     # flat (tile, K) loops, LN-split phases
     dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "static-k", "flat", "flat-small-tiles"])
+        "presplit-k16", "flat", "flat-small-tiles"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 

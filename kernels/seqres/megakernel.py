@@ -46,6 +46,33 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 
 
 @triton.jit
+def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
+    """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
+    2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
+    if SPLIT:
+        hi, lo = split_bf16(x, SPLIT == 1)
+        tl.store(o_ptr + offs, hi, mask=mask)
+        tl.store(olo_ptr + offs, lo, mask=mask)
+    else:
+        tl.store(o_ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr, PREC: tl.constexpr):
+    """acc + a @ w in bf16x3 on a weight split once by prepare into rows 3k, 3k+1, 3k+2 = hi, lo, hi of row
+    k ([3K, N]): a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi, smallest terms first; each weight load feeds exactly
+    one dot (Triton's pipeliner then keeps them async copies)."""
+    w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
+    w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)                                        # [BK, BN]
+    w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
+    w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
+    acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+    acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+    acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+    return acc
+
+
+@triton.jit
 def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 dst_ptr,            # [*, D] fp32 (SPLIT: the hi part)
                 w_ptr, b_ptr,       # [D] LayerNorm weight / bias (used when LN)
@@ -71,10 +98,8 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
             b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
             x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
         if SPLIT:
-            hi, lo = split_bf16(x, SPLIT == 1)
-            tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], hi, mask=mask)
-            tl.store(dlo_ptr + rows[:, None] * D + offs_d[None, :], lo, mask=mask)
-        else:
+            _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
+        else:  # kept out of the helper: routing it through _store changes the default path's register allocation
             tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
 
 
@@ -102,8 +127,7 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                   LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                   PRESPLIT: tl.constexpr,
                   R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                  LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr,
-                  K_STATIC: tl.constexpr):
+                  LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr):
     """o = epilogue([LN](a) @ w + b) over the group's M rows in [BM, BN] tiles shared by the R programs:
     round-robin (tile i * R + rank) or, when BLOCKED, a contiguous run of tiles per program (row-major,
     so consecutive tiles share a row block and the LN statistics are computed once per row block)."""
@@ -126,19 +150,19 @@ def _linear_phase(a_ptr,            # [*, K] fp32 activations (rows row0..)
                                                 LN_CHUNK, CM)
                         prev_tm = tm
                 _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, t % NT_N,
-                             mean, rstd, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, K_STATIC)
+                             mean, rstd, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
     else:
         for i in range(0, TPP):
             t = i * R + rank
             if NT % R == 0:
                 _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
                                    t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
-                                   LN_CHUNK, K_STATIC)
+                                   LN_CHUNK)
             else:
                 if t < NT:
                     _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, t // NT_N,
                                        t % NT_N, M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, LN_STATS,
-                                       LN_CHUNK, K_STATIC)
+                                       LN_CHUNK)
 
 
 @triton.jit
@@ -147,7 +171,7 @@ def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0
                        LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                        PRESPLIT: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, K_STATIC: tl.constexpr):
+                       LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr):
     """``_linear_tile`` with the tile's own LN statistics (round-robin order)."""
     offs_m = tm * BM + tl.arange(0, BM)
     if LN:
@@ -156,7 +180,7 @@ def _linear_tile_stats(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0
         mean = tl.zeros((BM,), tl.float32)
         rstd = mean
     _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, tn, mean, rstd,
-                 M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM, K_STATIC)
+                 M, N, K, LN, GELU, RESID, PREC, PRESPLIT, BM, BN, BK, CM)
 
 
 @triton.jit
@@ -165,8 +189,7 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  LN: tl.constexpr, GELU: tl.constexpr, RESID: tl.constexpr, PREC: tl.constexpr,
                  PRESPLIT: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                 K_STATIC: tl.constexpr):
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
     """One [BM, BN] output tile (tm, tn) of ``_linear_phase``."""
     offs_m = tm * BM + tl.arange(0, BM)
     offs_n = tn * BN + tl.arange(0, BN)
@@ -174,15 +197,9 @@ def _linear_tile(a_ptr, lnw_ptr, lnb_ptr, w_ptr, b_ptr, r_ptr, o_ptr, row0, tm, 
     mask_n = offs_n < N
     rows = row0 + offs_m
     acc = tl.zeros((BM, BN), tl.float32)
-    if K_STATIC:
-        # fully unrolled: every K step's loads are independent of the dots, so they can all be in flight
-        for k0 in tl.static_range(0, K, BK):
-            acc = _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k0, mean, rstd,
-                          N, K, LN, PREC, PRESPLIT, BK, CM)
-    else:
-        for k0 in range(0, K, BK):
-            acc = _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k0, mean, rstd,
-                          N, K, LN, PREC, PRESPLIT, BK, CM)
+    for k0 in range(0, K, BK):
+        acc = _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k0, mean, rstd,
+                      N, K, LN, PREC, PRESPLIT, BK, CM)
     acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     if GELU:
         acc = gelu_erf(acc)
@@ -211,18 +228,10 @@ def _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k
         w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :], mask=wmask, other=0.0)   # [BK, BN]
         acc = tl.dot(a, w, acc, input_precision=PREC)
     else:
-        # bf16x3 on weights split once by prepare into rows 3k, 3k+1, 3k+2 = hi, lo, hi of row k: only
-        # A is split here, and each weight load feeds exactly one dot (Triton's pipeliner then keeps
-        # them async copies): a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi, smallest terms first.
-        # PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16 values (interpreter: exact products)
+        # presplit weights: only A is split here. PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16
+        # values (interpreter: exact products)
         a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
-        w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
-        w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)                                        # [BK, BN]
-        w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
-        w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
-        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+        acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N, PREC)
     return acc
 
 
@@ -307,14 +316,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
                                              S, D, DH, CAUSAL, PREC, BKV, BDH, CM)
     out = acc / l_i[:, None]
-    optrs = (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :]
-    omask = mask_q[:, None] & mask_d[None, :]
-    if SPLIT_OUT:
-        hi, lo = split_bf16(out, SPLIT_OUT == 1)
-        tl.store(o_ptr + optrs, hi, mask=omask)
-        tl.store(olo_ptr + optrs, lo, mask=omask)
-    else:
-        tl.store(o_ptr + optrs, out, mask=omask)
+    _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+           mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
 
 
 @triton.jit
@@ -327,7 +330,6 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
            BDH: tl.constexpr, CM: tl.constexpr,
            LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
-           K_STATIC: tl.constexpr,
            P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
            P_FFN2: tl.constexpr):
     """One encoder layer for the group; ``bar`` is the flag target of this layer's first barrier."""
@@ -335,21 +337,21 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
     WF: tl.constexpr = 3 if PRESPLIT else 1  # presplit weights hold 3 bf16 rows (hi, lo, hi) per fp32 row
     _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WF * D * 3 * D), bqkv_ptr + l * (3 * D),
                   y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _attention_phase(qkv_ptr, a_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (WF * D * D), bo_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WF * D * 4 * D), b1_ptr + l * (4 * D),
                   y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (WF * 4 * D * D), b2_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, PRESPLIT, R, BM, BN, BK, CM,
-                  LN_STATS, LN_CHUNK, BLOCKED, K_STATIC)
+                  LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
 
 
@@ -390,14 +392,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         amask = mask_m[:, None] & mask_k[None, :]
         a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-        wmask = mask_k[:, None] & mask_n[None, :]
-        w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
-        w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)
-        w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
-        w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
-        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+        acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC)
         if kk == KT - 1:
             acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
             if GELU:
@@ -406,12 +401,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             omask = mask_m[:, None] & mask_n[None, :]
             if RESID:
                 acc += tl.load(r_ptr + optrs, mask=omask, other=0.0, cache_modifier=CM)
-            if SPLIT_OUT:
-                hi, lo = split_bf16(acc, PRESPLIT == 1)
-                tl.store(o_ptr + optrs, hi, mask=omask)
-                tl.store(olo_ptr + optrs, lo, mask=omask)
-            else:
-                tl.store(o_ptr + optrs, acc, mask=omask)
+            _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
             acc = tl.zeros((BM, BN), tl.float32)
 
 
@@ -486,7 +476,7 @@ def _seqres_fwd(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
-    K_STATIC: tl.constexpr, FLAT: tl.constexpr,
+    FLAT: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -520,7 +510,7 @@ def _seqres_fwd(
                        flags_ptr, err_ptr, spin_limit, l,
                        epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                        S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                       LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
+                       LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
         if L_FAST > 0:
             for l in range(L - L_FAST, L):
                 _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
@@ -528,6 +518,6 @@ def _seqres_fwd(
                        flags_ptr, err_ptr, spin_limit, l,
                        epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
                        S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
-                       LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, K_STATIC, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
+                       LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
