@@ -57,6 +57,9 @@ SWEEP = {
     "flat_bn128": dict(gemm_loop="flat", block_n=128),
     "flat_4cta": dict(gemm_loop="flat", ctas_per_sm=4, max_split=16),
     "flat_s4": dict(gemm_loop="flat", num_stages=4),
+    "flat_bk64": dict(gemm_loop="flat", block_k=64),
+    "flat_bm128": dict(gemm_loop="flat", block_m=128),
+    "flat_3cta": dict(gemm_loop="flat", ctas_per_sm=3, maxnreg=168),
     "bq32": dict(block_q=32, block_kv=32),  # on today's defaults (presplit, s3, 2 CTAs/SM, blocked)
     "bn128": dict(block_n=128),             # (today's defaults, as bq32)
     "bm128": dict(block_m=128),
