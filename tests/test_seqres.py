@@ -79,8 +79,10 @@ def test_odd_shape_passes_gate(causal):
     dict(block_k=16, presplit_weights=True),                      # presplit dots, several K steps
     dict(gemm_loop="flat", flag_barrier=True, spin_limit=10),     # flat (tile, K) loops, LN-split phases
     dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
+    dict(gemm_loop="fused", flag_barrier=True, spin_limit=10),    # flat with one dot on (lo, hi, hi) triples
+    dict(gemm_loop="fused", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # ragged last K step (48)
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "presplit-k16", "flat", "flat-small-tiles"])
+        "presplit-k16", "flat", "flat-small-tiles", "fused", "fused-small-tiles"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -218,5 +220,16 @@ def test_flat_gemm_loop_needs_presplit_weights():
 
 
 @needs_backend
-def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale():
-    _check(load_case("smoke1"), dict(gemm_loop="flat"), SCALES, (0, 1))
+@pytest.mark.parametrize("loop", ["flat", "fused"])
+def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale(loop):
+    _check(load_case("smoke1"), dict(gemm_loop=loop), SCALES, (0, 1))
+
+
+def test_trace_is_refused_by_the_interpreter():
+    with pytest.raises(ValueError, match="globaltimer"):
+        prepare_meta(load_case("smoke1"), n_sm=1, interpret=True, trace=True)
+
+
+def test_unknown_gemm_loop_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="fused"):
+        prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flatt")

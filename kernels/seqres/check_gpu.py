@@ -57,6 +57,13 @@ SWEEP = {
     "flat_bn128": dict(gemm_loop="flat", block_n=128),
     "flat_4cta": dict(gemm_loop="flat", ctas_per_sm=4, max_split=16),
     "flat_s4": dict(gemm_loop="flat", num_stages=4),
+    "fused": dict(gemm_loop="fused"),
+    "fused_bm128": dict(gemm_loop="fused", block_m=128),
+    "fused_s4": dict(gemm_loop="fused", num_stages=4),
+    "fused_bk16": dict(gemm_loop="fused", block_k=16),
+    "fused_bn128": dict(gemm_loop="fused", block_n=128, block_k=16),
+    "fused_g2": dict(gemm_loop="fused", seqs_per_program=2),
+    "fused_g4": dict(gemm_loop="fused", seqs_per_program=4),
     "flat_bk64": dict(gemm_loop="flat", block_k=64),
     "flat_bm128": dict(gemm_loop="flat", block_m=128),
     "flat_3cta": dict(gemm_loop="flat", ctas_per_sm=3, maxnreg=168),
@@ -105,7 +112,7 @@ def yaml_params() -> dict:
         return dict(yaml.safe_load(f)["params"])
 
 
-def check_one(case, w, params: dict, spin_limit: int = 200_000) -> dict:
+def check_one(case, w, params: dict, spin_limit: int = 200_000, trace: bool = False) -> dict:
     """Gate at every scale x seed (bounded spins: a broken barrier reports instead of hanging), then time."""
     v = get_variant("seqres")
     rec = {"params": params}
@@ -134,7 +141,22 @@ def check_one(case, w, params: dict, spin_limit: int = 200_000) -> dict:
     rec["ms"] = triton.testing.do_bench(lambda: v.run(p, x), return_mode="median")
     g = gate(v.run(p, x), reference_forward(case, w, x))
     rec["gate_after_timing"] = g.passed
+    if trace:  # where the time goes: per-phase work and barrier wait from the programs' timestamps
+        from .host import phase_profile
+        p = v.prepare(case, w, **dict(params, trace=True))
+        profs = []
+        for _ in range(7):
+            v.run(p, x)
+            torch.cuda.synchronize()
+            profs.append(phase_profile(p))
+        rec["phase_profile"] = sorted(profs, key=lambda d: d["kernel_us"])[len(profs) // 2]  # median launch
     return rec
+
+
+def profile_line(pp: dict) -> str:
+    """One line of a phase profile: kernel µs, then work/wait µs per phase kind."""
+    parts = [f"{k} {pp['work_us'][k]:.0f}/{pp['wait_us'].get(k, 0.0):.0f}" for k in pp["work_us"]]
+    return f"kernel {pp['kernel_us']:.0f}us skew {pp['start_skew_us']:.1f} | " + " ".join(parts)
 
 
 def main(argv=None):
@@ -147,6 +169,8 @@ def main(argv=None):
     ap.add_argument("--precompile", type=int, default=0, metavar="J",
                     help="first compile every (case, config) in J processes (fills Triton's cache; 0 = off)")
     ap.add_argument("--precompile-only", action="store_true", help="stop after --precompile")
+    ap.add_argument("--trace", action="store_true",
+                    help="also run each config with trace=true and record its per-phase profile (work/wait µs)")
     a = ap.parse_args(argv)
     names = [n for n in (a.configs or list(SWEEP)) if a.sweep]
     unknown = [n for n in names if n not in SWEEP]
@@ -165,6 +189,8 @@ def main(argv=None):
     if a.precompile > 0:
         jobs = [(n, dict(base)) for n in a.cases] + [(n, _resolve(SWEEP[nm], load_case(n), base))
                                                       for nm in names for n in a.cases]
+        if a.trace:
+            jobs += [(n, dict(pr, trace=True)) for n, pr in jobs]
         t0 = time.time()
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(a.precompile) as pool:
@@ -185,11 +211,11 @@ def main(argv=None):
         results["cases"][n] = {"eager_sdpa_ms": sdpa_ms, "configs": {}}
         prepared[n] = (case, w)
         try:
-            rec = check_one(case, w, base)
+            rec = check_one(case, w, base, trace=a.trace)
         except Exception as e:  # record and go on: one case must not hide the others
             rec = {"error": repr(e)[:2000]}
         results["cases"][n]["configs"]["default"] = rec
-        print(n, "default", {k: rec.get(k) for k in ("gate_passed", "worst_over_tol", "ms", "compile_s", "kernel",
+        print(n, "default", {k: rec.get(k) for k in ("gate_passed", "worst_over_tol", "ms", "compile_s", "kernel", "info",
                                                     "error")}, flush=True)
         save()
     if a.sweep:
@@ -199,11 +225,11 @@ def main(argv=None):
                     break
                 case, w = prepared[n]
                 try:
-                    rec = check_one(case, w, _resolve(SWEEP[name], case, base))
+                    rec = check_one(case, w, _resolve(SWEEP[name], case, base), trace=a.trace)
                 except Exception as e:
                     rec = {"error": repr(e)[:2000]}
                 results["cases"][n]["configs"][name] = rec
-                print(n, name, {k: rec.get(k) for k in ("gate_passed", "worst_over_tol", "ms", "kernel", "error")},
+                print(n, name, {k: rec.get(k) for k in ("gate_passed", "worst_over_tol", "ms", "kernel", "info", "error")},
                       flush=True)
                 save()
     lines = [f"{'case':>4} {'config':>20} {'gate':>5} {'worst/tol':>9} {'ms':>8} {'sdpa ms':>8} "
@@ -221,6 +247,10 @@ def main(argv=None):
                          f"{rec['ms']:8.4f} {r['eager_sdpa_ms']:8.4f} {r['eager_sdpa_ms'] / rec['ms']:7.2f} "
                          f"{FASTEST_PEER_MS[n] / rec['ms']:7.2f} {rec['kernel']['n_regs']:>4} "
                          f"{rec['kernel']['n_spills']:>5}")
+    for n, r in results["cases"].items():
+        for name, rec in r["configs"].items():
+            if "phase_profile" in rec:
+                lines.append(f"{n:>4} {name:>20} {profile_line(rec['phase_profile'])}")
     if best:
         sp = [FASTEST_PEER_MS[n] / ms for n, (_, ms) in best.items()]
         lines.append("best gated per case: " + ", ".join(f"{n}:{nm} {ms:.4f}ms" for n, (nm, ms) in best.items()))

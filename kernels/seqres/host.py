@@ -45,6 +45,7 @@ class SeqresPrepared:
     grid: tuple
     meta: dict               # constexpr kernel arguments
     launch: dict             # num_warps, num_stages
+    trace: torch.Tensor      # [grid, 2 * barriers + 2] int64 phase timestamps (meta TRACE), else a 1-element dummy
     qk_scale: float
     spin_limit: int
     info: dict = field(default_factory=dict)
@@ -52,8 +53,11 @@ class SeqresPrepared:
 
     @property
     def barriers_per_launch(self) -> int:
-        per_layer = BARRIERS_PER_LAYER_FLAT if self.meta["FLAT"] else BARRIERS_PER_LAYER
-        return 1 + int(per_layer.value) * self.case.L
+        return 1 + _barriers_per_layer(self.meta) * self.case.L
+
+
+def _barriers_per_layer(meta: dict) -> int:
+    return int((BARRIERS_PER_LAYER_FLAT if meta["FLAT"] else BARRIERS_PER_LAYER).value)
 
 
 def _stack(weights: Weights, name: str, transpose: bool = False) -> torch.Tensor:
@@ -123,6 +127,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if R <= 0:
         R = max(1, min(int(o["max_split"]), n_slots // n_groups))
     info = {"n_sm": n_sm, "n_slots": n_slots}
+    if interpret and o["trace"]:
+        raise ValueError("seqres: trace=true reads the GPU's %globaltimer; the Triton interpreter cannot run it")
     if interpret and R > 1:
         info["split_note"] = f"split={R} needs co-resident programs; the interpreter runs them in order: using 1"
         R = 1
@@ -141,9 +147,13 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
-    flat = {"tiled": False, "flat": True}[o["gemm_loop"]]
+    loops = {"tiled": 0, "flat": 1, "fused": 2}
+    if o["gemm_loop"] not in loops:
+        raise ValueError(f"seqres: gemm_loop={o['gemm_loop']!r} not in {sorted(loops)}")
+    flat = loops[o["gemm_loop"]]
     if flat and not presplit:
-        raise ValueError("seqres: gemm_loop=flat needs presplit_weights=true (its A operands come pre-split)")
+        raise ValueError(f"seqres: gemm_loop={o['gemm_loop']} needs presplit_weights=true (its A operands come "
+                         "pre-split)")
     M = G * S
     dh = case.dh
     meta = dict(
@@ -154,7 +164,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
-        FLAT=flat,
+        FLAT=flat, TRACE=bool(o["trace"]),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -201,8 +211,12 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
                    f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
         sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
-        scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
-                       f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
+        if meta["FLAT"] == 2:  # fused: one [*, 3K] array of (lo, hi, hi) triples per A operand
+            x3, f3 = torch.empty(B * S, 3 * D, **sd), torch.empty(B * S, 12 * D, **sd)
+            scratch.update(x_hi=x3, x_lo=x3, f_hi=f3, f_lo=f3)
+        else:
+            scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
+                           f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
     else:
         scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
     n_groups = B // meta["G"]
@@ -211,6 +225,9 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
             flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
+            trace=torch.zeros(info["grid"] if meta["TRACE"] else 1,
+                              2 * (1 + _barriers_per_layer(meta) * case.L) + 2 if meta["TRACE"] else 1,
+                              device=dev, dtype=torch.int64),
             err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
             qk_scale=math.log2(math.e) / math.sqrt(case.dh),
             spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
@@ -265,7 +282,7 @@ def _scratch_args(p: SeqresPrepared) -> tuple:
 def compile_only(p: SeqresPrepared):
     """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
     x = p.scratch["a"]
-    k = _seqres_fwd.warmup(x, x, *_scratch_args(p), *p.tensors, p.flags, p.err,
+    k = _seqres_fwd.warmup(x, x, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace,
                            1, 0, p.qk_scale, grid=p.grid, **p.meta, **p.launch)
     k._init_handles()
     return k
@@ -295,7 +312,7 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills)."""
     spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
     k = _seqres_fwd[p.grid](x, y, *_scratch_args(p), *p.tensors,
-                            p.flags, p.err, spin, p.epoch, p.qk_scale, **p.meta, **p.launch)
+                            p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale, **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
     return k
 
@@ -319,3 +336,29 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError(f"seqres: a flag barrier timed out waiting for flag value {bad} "
                                f"(epoch {p.epoch - p.barriers_per_launch})")
     return y
+
+
+PHASES_TILED = ("qkv", "attn", "oproj", "ffn1", "ffn2")
+PHASES_FLAT = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
+
+
+def phase_profile(p: SeqresPrepared) -> dict:
+    """Where a traced launch (``trace: true``) spent its time, from the programs' %globaltimer stamps: per
+    phase kind (summed over layers), the mean over programs of the work (previous departure to arrival)
+    and of the barrier wait (arrival to departure), in microseconds; plus the copy phase, the final
+    LayerNorm and the whole kernel (first start to last end)."""
+    if not p.meta["TRACE"]:
+        raise ValueError("seqres: phase_profile needs a launch prepared with trace=true")
+    t = p.trace.double().cpu()
+    t0 = t[:, 0].min()
+    arr, dep = t[:, 1:-1:2], t[:, 2:-1:2]
+    names = PHASES_FLAT if p.meta["FLAT"] else PHASES_TILED
+    work = {"copy": float((arr[:, 0] - t[:, 0]).mean()) / 1e3}
+    wait = {"copy": float((dep[:, 0] - arr[:, 0]).mean()) / 1e3}
+    for i in range(1, arr.shape[1]):
+        k = names[(i - 1) % len(names)]
+        work[k] = work.get(k, 0.0) + float((arr[:, i] - dep[:, i - 1]).mean()) / 1e3
+        wait[k] = wait.get(k, 0.0) + float((dep[:, i] - arr[:, i]).mean()) / 1e3
+    work["final"] = float((t[:, -1] - dep[:, -1]).mean()) / 1e3
+    return dict(kernel_us=float(t[:, -1].max() - t0) / 1e3, start_skew_us=float(t[:, 0].max() - t0) / 1e3,
+                work_us=work, wait_us=wait)

@@ -36,20 +36,38 @@ LN_EPS = tl.constexpr(1e-5)
 
 
 @triton.jit
+def _now(x):
+    """%globaltimer (ns) as an int64 scalar (GPU only; ``x``: any int32 scalar, it only gives the shape)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64, is_pure=False,
+                                     pack=1)
+
+
+@triton.jit
 def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
-          R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr):
-    """Phase boundary: CTA barrier, plus the group's flag barrier when FLAGS."""
+          R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr, trace_ptr, TRACE: tl.constexpr):
+    """Phase boundary: CTA barrier, plus the group's flag barrier when FLAGS. TRACE: the program's arrival
+    and departure times at ``trace_ptr + 2 * target`` and ``+ 1`` (phase profile, ``host.phase_profile``)."""
+    if TRACE:
+        tl.store(trace_ptr + 2 * target, _now(rank))
     if FLAGS:
         group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R, BLOCK_R)
     else:
         tl.debug_barrier()
+    if TRACE:
+        tl.store(trace_ptr + 2 * target + 1, _now(rank))
 
 
 @triton.jit
 def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
     """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
-    2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
-    if SPLIT:
+    2: fp32-held, interpreter), or (SPLIT 3 / 4, the fused flat loop) the triple (lo, hi, hi) at
+    ``o_ptr + 3 * offs``: how a producer hands a flat GEMM phase its pre-split A operand."""
+    if SPLIT >= 3:  # interleaved (lo, hi, hi) per element at o_ptr + 3 * offs (3: bf16; 4: fp32-held)
+        hi, lo = split_bf16(x, SPLIT == 3)
+        tl.store(o_ptr + 3 * offs, lo, mask=mask)
+        tl.store(o_ptr + 3 * offs + 1, hi, mask=mask)
+        tl.store(o_ptr + 3 * offs + 2, hi, mask=mask)
+    elif SPLIT:
         hi, lo = split_bf16(x, SPLIT == 1)
         tl.store(o_ptr + offs, hi, mask=mask)
         tl.store(olo_ptr + offs, lo, mask=mask)
@@ -324,8 +342,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
 def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
            ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
            ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-           flags_ptr, err_ptr, spin_limit, l, bar, row0, rank, qk_scale,
-           S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
+           flags_ptr, err_ptr, spin_limit, trace_ptr, l, bar, row0, rank, qk_scale,
+           TRACE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
            CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
            BDH: tl.constexpr, CM: tl.constexpr,
@@ -338,21 +356,21 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
     _linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WF * D * 3 * D), bqkv_ptr + l * (3 * D),
                   y_ptr, qkv_ptr, row0, rank, M, 3 * D, D, True, False, False, P_QKV, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
-    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _attention_phase(qkv_ptr, a_ptr, a_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV, BDH, CM)
-    _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase(a_ptr, ln1w_ptr, ln1b_ptr, wo_ptr + l * (WF * D * D), bo_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, D, False, False, True, P_O, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
-    _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase(y_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WF * D * 4 * D), b1_ptr + l * (4 * D),
                   y_ptr, f_ptr, row0, rank, M, 4 * D, D, True, True, False, P_FFN1, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
-    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase(f_ptr, ln2w_ptr, ln2b_ptr, w2_ptr + l * (WF * 4 * D * D), b2_ptr + l * D,
                   y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
-    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
 @triton.jit
@@ -364,13 +382,14 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                        GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
-                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr):
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
+                       FUSED: tl.constexpr = False):
     """o = epilogue(a @ w + b) with ONE loop over (tile, K step) pairs of this program's contiguous run of
     tiles, so the software pipeliner prefetches the next tile's first K steps while the current tile
     finishes (a short K loop per tile pays its load latency once per tile instead). A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step
-    as in ``_k_step``'s presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a
-    tile's last K step."""
+    as in ``_k_step``'s presplit path, or (FUSED) one dot on A stored as (lo, hi, hi) triples. The epilogue
+    (bias, GELU, residual, store or split store) runs on a tile's last K step."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     TPP: tl.constexpr = (NT + R - 1) // R
@@ -389,10 +408,22 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         mask_n = offs_n < N
         mask_k = offs_k < K
         rows = row0 + offs_m
-        amask = mask_m[:, None] & mask_k[None, :]
-        a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-        a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-        acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC)
+        if FUSED:
+            # ONE dot per step: A holds (lo, hi, hi) and W rows (hi, lo, hi) per element, so columns 3k..3k+2
+            # of A against rows 3k..3k+2 of W give a_lo w_hi + a_hi w_lo + a_hi w_hi; the 4*BK-wide tile
+            # (a power of two) masks its last quarter (zeros, no memory traffic)
+            offs_k3 = 3 * kk * BK + tl.arange(0, 4 * BK)
+            mask_k3 = (offs_k3 < 3 * K) & (tl.arange(0, 4 * BK) < 3 * BK)
+            a3 = tl.load(ahi_ptr + rows[:, None] * (3 * K) + offs_k3[None, :], mask=mask_m[:, None] & mask_k3[None, :],
+                         other=0.0, cache_modifier=CM)
+            w3 = tl.load(w_ptr + offs_k3[:, None] * N + offs_n[None, :], mask=mask_k3[:, None] & mask_n[None, :],
+                         other=0.0)
+            acc = tl.dot(a3, w3, acc, input_precision=PREC)
+        else:
+            amask = mask_m[:, None] & mask_k[None, :]
+            a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+            a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+            acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC)
         if kk == KT - 1:
             acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
             if GELU:
@@ -409,40 +440,42 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
 def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                 ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                flags_ptr, err_ptr, spin_limit, l, bar, row0, rank, qk_scale,
-                S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
+                flags_ptr, err_ptr, spin_limit, trace_ptr, l, bar, row0, rank, qk_scale,
+                TRACE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
                 CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
-                PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr):
+                PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, FUSED: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
-    output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
+    output and GELU(FFN1) by their producers' epilogues; FUSED (``gemm_loop: fused``): as (lo, hi, hi) triples
+    for one dot per K step. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write)."""
     M: tl.constexpr = G * S
+    AS: tl.constexpr = PRESPLIT + 2 if FUSED else PRESPLIT  # how producers store an A operand (see _store)
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                PRESPLIT, xlo_ptr)
-    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                AS, xlo_ptr)
+    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (3 * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                        qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                       BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                       BM, BN, BK, CM, FUSED)
+    _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV,
-                     BDH, CM, PRESPLIT)
-    _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                     BDH, CM, AS)
+    _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (3 * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, FUSED)
+    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                PRESPLIT, xlo_ptr)
-    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                AS, xlo_ptr)
+    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (3 * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                       BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, AS, P_LIN, PRESPLIT, R,
+                       BM, BN, BK, CM, FUSED)
+    _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (3 * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM)
-    _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, FUSED)
+    _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
@@ -456,8 +489,8 @@ def _seqres_fwd(
     a_ptr,                  # [B*S, D] fp32 scratch: merged attention heads
     qkv_ptr,                # [B*S, 3D] fp32 scratch
     f_ptr,                  # [B*S, 4D] fp32 scratch: GELU(FFN1)
-    xhi_ptr, xlo_ptr,       # [B*S, D] split scratch of the flat GEMM loops (FLAT; else unused)
-    fhi_ptr, flo_ptr,       # [B*S, 4D] split GELU(FFN1) (FLAT; else unused)
+    xhi_ptr, xlo_ptr,       # [B*S, D] split scratch of the flat GEMM loops (FLAT; else unused; FLAT 2: [B*S, 3D] triples)
+    fhi_ptr, flo_ptr,       # [B*S, 4D] split GELU(FFN1) (FLAT; else unused; FLAT 2: [B*S, 12D] triples)
     ln1w_ptr, ln1b_ptr,     # [L, D]
     wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed; PRESPLIT: [L, 3D, 3D] bf16 hi/lo/hi rows), [L, 3D]
     wo_ptr, bo_ptr,         # [L, D, D], [L, D]
@@ -467,6 +500,7 @@ def _seqres_fwd(
     lnfw_ptr, lnfb_ptr,     # [D]
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
     err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
+    trace_ptr,              # [grid, 2 * barriers + 2] int64 phase timestamps (TRACE; else unused)
     spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
     epoch,                  # flags value before this launch; barrier i waits for epoch + 1 + i
     qk_scale,               # log2(e) / sqrt(DH)
@@ -476,7 +510,7 @@ def _seqres_fwd(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
-    FLAT: tl.constexpr,
+    FLAT: tl.constexpr, TRACE: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -490,34 +524,41 @@ def _seqres_fwd(
     M: tl.constexpr = G * S
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
+    NBAR: tl.constexpr = 1 + L * (BARRIERS_PER_LAYER_FLAT if FLAT else BARRIERS_PER_LAYER)
+    if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
+        trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
+        tl.store(trace_row, _now(pid))
+        trace_ptr = trace_row + 1 - 2 * (epoch + 1)
 
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
-    _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
+    _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
             _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                        flags_ptr, err_ptr, spin_limit, l,
+                        flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
-                        S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN)
+                        TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
+                        PRESPLIT, P_QKV, P_ATTN, FLAT == 2)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
                 _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                        ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                       flags_ptr, err_ptr, spin_limit, l,
+                       flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                        epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
-                       S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
+                       TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                        LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_QKV, P_ATTN, P_O, P_FFN1, P_FFN2)
         if L_FAST > 0:
             for l in range(L - L_FAST, L):
                 _layer(y_ptr, a_ptr, qkv_ptr, f_ptr, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                        ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
-                       flags_ptr, err_ptr, spin_limit, l,
+                       flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                        epoch + 2 + BARRIERS_PER_LAYER * l, row0, rank, qk_scale,
-                       S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
+                       TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                        LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
+    if TRACE:
+        tl.store(trace_row + 2 * NBAR + 1, _now(pid))
