@@ -79,10 +79,9 @@ def test_odd_shape_passes_gate(causal):
     dict(block_k=16, presplit_weights=True),                      # presplit dots, several K steps
     dict(gemm_loop="flat", flag_barrier=True, spin_limit=10),     # flat (tile, K) loops, LN-split phases
     dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
-    dict(gemm_loop="fused", flag_barrier=True, spin_limit=10),    # flat with one dot on (lo, hi, hi) triples
-    dict(gemm_loop="fused", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # ragged last K step (48)
+    dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "presplit-k16", "flat", "flat-small-tiles", "fused", "fused-small-tiles"])
+        "presplit-k16", "flat", "flat-small-tiles", "flat-hl"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -214,15 +213,19 @@ def test_smem_fit_halves_the_attention_tile_only_when_shared_memory_is_the_limit
     assert smem_fit_step(dict(BQ=16, BKV=16), 255, 131072, 4, occ=1, cps=2) is None  # tile at its floor
 
 
+def test_two_row_presplit_needs_the_flat_loop():
+    with pytest.raises(ValueError, match="presplit_rows"):
+        prepare_meta(load_case("smoke1"), n_sm=132, presplit_rows=2)
+
+
 def test_flat_gemm_loop_needs_presplit_weights():
     with pytest.raises(ValueError, match="presplit_weights"):
         prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flat", presplit_weights=False)
 
 
 @needs_backend
-@pytest.mark.parametrize("loop", ["flat", "fused"])
-def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale(loop):
-    _check(load_case("smoke1"), dict(gemm_loop=loop), SCALES, (0, 1))
+def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale():
+    _check(load_case("smoke1"), dict(gemm_loop="flat"), SCALES, (0, 1))
 
 
 def test_trace_is_refused_by_the_interpreter():
@@ -231,5 +234,31 @@ def test_trace_is_refused_by_the_interpreter():
 
 
 def test_unknown_gemm_loop_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match="fused"):
+    with pytest.raises(ValueError, match="tiled"):
         prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flatt")
+
+
+def test_phase_profile_splits_work_and_barrier_wait_per_phase_kind():
+    """Synthetic stamps of 2 programs, 1 tiled layer (5 barriers) + the copy barrier: the profile sums each
+    phase kind's work (previous departure -> arrival) and wait (arrival -> departure), mean over programs."""
+    from types import SimpleNamespace
+    from kernels.seqres.host import phase_profile
+    nb = 1 + 5
+    rows = []
+    for skew in (0, 1000):  # ns; the second program starts 1 µs late and waits 1 µs less at each barrier
+        t, row = skew, [skew]
+        for i in range(nb):
+            t += 2000 * (i + 1)          # work of phase i: 2, 4, ... µs
+            row.append(t)
+            t += 3000 - skew             # wait at its barrier
+            row.append(t)
+        row.append(t + 5000)             # final LayerNorm: 5 µs
+        rows.append(row)
+    p = SimpleNamespace(meta=dict(TRACE=True, FLAT=0), trace=torch.tensor(rows, dtype=torch.int64))
+    pp = phase_profile(p)
+    assert pp["work_us"] == pytest.approx(dict(copy=2, qkv=4, attn=6, oproj=8, ffn1=10, ffn2=12, final=5))
+    assert pp["wait_us"]["qkv"] == pytest.approx(2.5) and pp["wait_us"]["copy"] == pytest.approx(2.5)
+    assert pp["start_skew_us"] == pytest.approx(1.0)
+    assert pp["kernel_us"] == pytest.approx(max(r[-1] for r in rows) / 1e3)  # first start (0) to last end
+    with pytest.raises(ValueError, match="trace=true"):
+        phase_profile(SimpleNamespace(meta=dict(TRACE=False, FLAT=0)))

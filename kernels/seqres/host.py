@@ -147,13 +147,16 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
-    loops = {"tiled": 0, "flat": 1, "fused": 2}
+    loops = {"tiled": 0, "flat": 1}
     if o["gemm_loop"] not in loops:
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']!r} not in {sorted(loops)}")
     flat = loops[o["gemm_loop"]]
     if flat and not presplit:
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']} needs presplit_weights=true (its A operands come "
                          "pre-split)")
+    wrows = int(o["presplit_rows"])
+    if wrows not in (2, 3) or (wrows == 2 and not flat):
+        raise ValueError(f"seqres: presplit_rows={wrows}: 3 (hi, lo, hi), or 2 (hi, lo) with gemm_loop=flat")
     M = G * S
     dh = case.dh
     meta = dict(
@@ -164,7 +167,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
-        FLAT=flat, TRACE=bool(o["trace"]),
+        FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
+        BNW=_block(o["block_n_wide"] or o["block_n"], 4 * D),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -203,20 +207,17 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
         weights.lnf_w.contiguous(), weights.lnf_b.contiguous(),
     ]
     if meta["PRESPLIT"]:
-        for i in (2, 4, 8, 10):  # w_qkv, w_o, w_1, w_2 (transposed) [L, K, N] -> [L, 3K, N], rows hi, lo, hi
+        for i in (2, 4, 8, 10):  # w_qkv, w_o, w_1, w_2 (transposed) [L, K, N] -> [L, WROWS*K, N], rows hi, lo(, hi)
             hi, lo = _split_bf16(tensors[i], as_fp32=meta["PRESPLIT"] == 2)
-            tensors[i] = torch.stack([hi, lo, hi], dim=2).reshape(hi.shape[0], 3 * hi.shape[1], hi.shape[2])
+            parts = [hi, lo, hi][:meta["WROWS"]]
+            tensors[i] = torch.stack(parts, dim=2).reshape(hi.shape[0], len(parts) * hi.shape[1], hi.shape[2])
     f32 = dict(device=dev, dtype=torch.float32)
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
         sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
-        if meta["FLAT"] == 2:  # fused: one [*, 3K] array of (lo, hi, hi) triples per A operand
-            x3, f3 = torch.empty(B * S, 3 * D, **sd), torch.empty(B * S, 12 * D, **sd)
-            scratch.update(x_hi=x3, x_lo=x3, f_hi=f3, f_lo=f3)
-        else:
-            scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
-                           f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
+        scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
+                       f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
     else:
         scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
     n_groups = B // meta["G"]

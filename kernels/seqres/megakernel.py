@@ -60,14 +60,8 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 @triton.jit
 def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
     """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
-    2: fp32-held, interpreter), or (SPLIT 3 / 4, the fused flat loop) the triple (lo, hi, hi) at
-    ``o_ptr + 3 * offs``: how a producer hands a flat GEMM phase its pre-split A operand."""
-    if SPLIT >= 3:  # interleaved (lo, hi, hi) per element at o_ptr + 3 * offs (3: bf16; 4: fp32-held)
-        hi, lo = split_bf16(x, SPLIT == 3)
-        tl.store(o_ptr + 3 * offs, lo, mask=mask)
-        tl.store(o_ptr + 3 * offs + 1, hi, mask=mask)
-        tl.store(o_ptr + 3 * offs + 2, hi, mask=mask)
-    elif SPLIT:
+    2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
+    if SPLIT:
         hi, lo = split_bf16(x, SPLIT == 1)
         tl.store(o_ptr + offs, hi, mask=mask)
         tl.store(olo_ptr + offs, lo, mask=mask)
@@ -76,14 +70,18 @@ def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr, PREC: tl.constexpr):
-    """acc + a @ w in bf16x3 on a weight split once by prepare into rows 3k, 3k+1, 3k+2 = hi, lo, hi of row
-    k ([3K, N]): a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi, smallest terms first; each weight load feeds exactly
-    one dot (Triton's pipeliner then keeps them async copies)."""
-    w3_ptrs = w_ptr + (3 * offs_k)[:, None] * N + offs_n[None, :]
-    w_hi = tl.load(w3_ptrs, mask=wmask, other=0.0)                                        # [BK, BN]
-    w_lo = tl.load(w3_ptrs + N, mask=wmask, other=0.0)
-    w_hi2 = tl.load(w3_ptrs + 2 * N, mask=wmask, other=0.0)
+def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr, PREC: tl.constexpr,
+                  WROWS: tl.constexpr = 3):
+    """acc + a @ w in bf16x3 on a weight split once by prepare: a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi,
+    smallest terms first. WROWS 3: rows 3k, 3k+1, 3k+2 = hi, lo, hi of row k ([3K, N]), each weight load feeds
+    exactly one dot; WROWS 2: rows 2k, 2k+1 = hi, lo ([2K, N]: a third fewer bytes), the hi tile feeds two."""
+    w_ptrs = w_ptr + (WROWS * offs_k)[:, None] * N + offs_n[None, :]
+    w_hi = tl.load(w_ptrs, mask=wmask, other=0.0)                                         # [BK, BN]
+    w_lo = tl.load(w_ptrs + N, mask=wmask, other=0.0)
+    if WROWS == 3:
+        w_hi2 = tl.load(w_ptrs + 2 * N, mask=wmask, other=0.0)
+    else:
+        w_hi2 = w_hi
     acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
     acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
     acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
@@ -383,13 +381,13 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       FUSED: tl.constexpr = False):
+                       WROWS: tl.constexpr):
     """o = epilogue(a @ w + b) with ONE loop over (tile, K step) pairs of this program's contiguous run of
     tiles, so the software pipeliner prefetches the next tile's first K steps while the current tile
     finishes (a short K loop per tile pays its load latency once per tile instead). A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step
-    as in ``_k_step``'s presplit path, or (FUSED) one dot on A stored as (lo, hi, hi) triples. The epilogue
-    (bias, GELU, residual, store or split store) runs on a tile's last K step."""
+    as in ``_k_step``'s presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a
+    tile's last K step."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     TPP: tl.constexpr = (NT + R - 1) // R
@@ -408,22 +406,11 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         mask_n = offs_n < N
         mask_k = offs_k < K
         rows = row0 + offs_m
-        if FUSED:
-            # ONE dot per step: A holds (lo, hi, hi) and W rows (hi, lo, hi) per element, so columns 3k..3k+2
-            # of A against rows 3k..3k+2 of W give a_lo w_hi + a_hi w_lo + a_hi w_hi; the 4*BK-wide tile
-            # (a power of two) masks its last quarter (zeros, no memory traffic)
-            offs_k3 = 3 * kk * BK + tl.arange(0, 4 * BK)
-            mask_k3 = (offs_k3 < 3 * K) & (tl.arange(0, 4 * BK) < 3 * BK)
-            a3 = tl.load(ahi_ptr + rows[:, None] * (3 * K) + offs_k3[None, :], mask=mask_m[:, None] & mask_k3[None, :],
-                         other=0.0, cache_modifier=CM)
-            w3 = tl.load(w_ptr + offs_k3[:, None] * N + offs_n[None, :], mask=mask_k3[:, None] & mask_n[None, :],
-                         other=0.0)
-            acc = tl.dot(a3, w3, acc, input_precision=PREC)
-        else:
-            amask = mask_m[:, None] & mask_k[None, :]
-            a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-            a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-            acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC)
+        amask = mask_m[:, None] & mask_k[None, :]
+        a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+        a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+        acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC,
+                            WROWS)
         if kk == KT - 1:
             acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
             if GELU:
@@ -445,36 +432,36 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
-                PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, FUSED: tl.constexpr):
+                PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
+                BNW: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
-    output and GELU(FFN1) by their producers' epilogues; FUSED (``gemm_loop: fused``): as (lo, hi, hi) triples
-    for one dot per K step. x-split scratch [*, D] is reused by LN1 -> QKV,
-    attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write)."""
+    output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
+    attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs (QKV,
+    FFN1: N = 3D, 4D) use [BM, BNW] tiles, oproj and FFN2 (N = D) [BM, BN]."""
     M: tl.constexpr = G * S
-    AS: tl.constexpr = PRESPLIT + 2 if FUSED else PRESPLIT  # how producers store an A operand (see _store)
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                AS, xlo_ptr)
+                PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (3 * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
+    _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                        qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                       BM, BN, BK, CM, FUSED)
+                       BM, BNW, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV,
-                     BDH, CM, AS)
+                     BDH, CM, PRESPLIT)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (3 * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, FUSED)
+    _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                AS, xlo_ptr)
+                PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (3 * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, AS, P_LIN, PRESPLIT, R,
-                       BM, BN, BK, CM, FUSED)
+    _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                       BM, BNW, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (3 * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, FUSED)
+    _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
@@ -489,10 +476,10 @@ def _seqres_fwd(
     a_ptr,                  # [B*S, D] fp32 scratch: merged attention heads
     qkv_ptr,                # [B*S, 3D] fp32 scratch
     f_ptr,                  # [B*S, 4D] fp32 scratch: GELU(FFN1)
-    xhi_ptr, xlo_ptr,       # [B*S, D] split scratch of the flat GEMM loops (FLAT; else unused; FLAT 2: [B*S, 3D] triples)
-    fhi_ptr, flo_ptr,       # [B*S, 4D] split GELU(FFN1) (FLAT; else unused; FLAT 2: [B*S, 12D] triples)
+    xhi_ptr, xlo_ptr,       # [B*S, D] split scratch of the flat GEMM loops (FLAT; else unused)
+    fhi_ptr, flo_ptr,       # [B*S, 4D] split GELU(FFN1) (FLAT; else unused)
     ln1w_ptr, ln1b_ptr,     # [L, D]
-    wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed; PRESPLIT: [L, 3D, 3D] bf16 hi/lo/hi rows), [L, 3D]
+    wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed; PRESPLIT: [L, WROWS*D, 3D] bf16 hi/lo(/hi) rows), [L, 3D]
     wo_ptr, bo_ptr,         # [L, D, D], [L, D]
     ln2w_ptr, ln2b_ptr,     # [L, D]
     w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
@@ -510,7 +497,7 @@ def _seqres_fwd(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
-    FLAT: tl.constexpr, TRACE: tl.constexpr,
+    FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNW: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -540,7 +527,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, FLAT == 2)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNW)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
