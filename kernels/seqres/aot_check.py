@@ -68,15 +68,23 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
     return (int(regs.group(1)) if regs else -1, int(spill.group(1)) if spill else -1)
 
 
+def parse_params(items: list[str]) -> dict:
+    """``name=value`` strings -> parameters (ints, true/false, else strings)."""
+    params = {}
+    for kv in items:
+        if "=" not in kv:
+            raise SystemExit(f"--param {kv!r}: expected name=value, e.g. block_n=128")
+        k, v = kv.split("=", 1)
+        params[k] = int(v) if re.fullmatch(r"-?\d+", v) else (v == "true" if v in ("true", "false") else v)
+    return params
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--param", action="append", default=[], help="name=value (int/bool/str)")
     a = ap.parse_args(argv)
-    params = {}
-    for kv in a.param:
-        k, v = kv.split("=", 1)
-        params[k] = int(v) if re.fullmatch(r"-?\d+", v) else (v == "true" if v in ("true", "false") else v)
+    params = parse_params(a.param)
     for c in a.cases:
         case = load_case(c)
         k, dt, meta = compile_case(case, params)

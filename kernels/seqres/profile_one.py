@@ -1,0 +1,36 @@
+"""One seqres launch to profile (Nsight Compute attaches to the launch after ``--warm`` warm-up calls):
+
+    ncu --set full --launch-skip 3 --launch-count 1 -k _seqres_fwd -o rep \
+        python -m kernels.seqres.profile_one 10 [--param gemm_loop=flat ...] [--warm 3]
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from ..cases import load_case
+from ..registry import get_variant
+from ..weights import make_input, make_weights
+from .aot_check import parse_params
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--param", action="append", default=[], help="name=value (int/bool/str)")
+    ap.add_argument("--warm", type=int, default=3, help="launches before the profiled one")
+    a = ap.parse_args(argv)
+    case = load_case(a.case)
+    w = make_weights(case, device="cuda")
+    v = get_variant("seqres")
+    p = v.prepare(case, w, **parse_params(a.param))
+    x = make_input(case, 1.0, 0, device="cuda")
+    for _ in range(a.warm + 1):
+        v.run(p, x)
+    torch.cuda.synchronize()
+    print(case.name, p.info)
+
+
+if __name__ == "__main__":
+    main()
