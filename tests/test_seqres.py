@@ -72,12 +72,12 @@ def test_odd_shape_passes_gate(causal):
     dict(flag_barrier=True, spin_limit=10),                       # the flag protocol path, R == 1
     dict(seqs_per_program=2, block_m_ln=8),                       # two sequences per program
     dict(block_n=32, block_k=16, block_q=16, block_kv=16),        # several tiles / key blocks per phase
-    dict(fast_layers=1, prec_fast="tf32", presplit_weights=False),  # per-layer precision split compiles/runs
-    dict(ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
-    dict(ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
-    dict(presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
-    dict(block_k=16, presplit_weights=True),                      # presplit dots, several K steps
-    dict(gemm_loop="flat", flag_barrier=True, spin_limit=10),     # flat (tile, K) loops, LN-split phases
+    dict(gemm_loop="tiled", presplit_rows=3, fast_layers=1, prec_fast="tf32", presplit_weights=False),  # per-layer precision split compiles/runs
+    dict(gemm_loop="tiled", presplit_rows=3, ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
+    dict(gemm_loop="tiled", presplit_rows=3, ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
+    dict(gemm_loop="tiled", presplit_rows=3, presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
+    dict(gemm_loop="tiled", presplit_rows=3, block_k=16, presplit_weights=True),                      # presplit dots, several K steps
+    dict(gemm_loop="flat", presplit_rows=3, flag_barrier=True, spin_limit=10),  # flat loops, hi/lo/hi weight rows
     dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
     dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
@@ -118,22 +118,23 @@ def test_output_depends_on_input_and_is_fresh():
 @needs_backend
 def test_flag_epochs_match_barrier_count():
     """The flag protocol's bookkeeping: after each launch every program's flag holds the last barrier
-    target, which is the host's next epoch (1 + 5 L barriers per launch), so flags only grow and no
-    reset launch is needed; near the int32 limit the host zeroes them."""
+    target, which is the host's next epoch (1 + 7 L barriers per launch with the flat loops, 1 + 5 L with the
+    tiled ones), so flags only grow and no reset launch is needed; near the int32 limit the host zeroes them."""
     from kernels.seqres import host
     c = odd_case(False)
     dev = _device()
     w = make_weights(c, device=dev)
     v = get_variant("seqres")
-    p = v.prepare(c, w, flag_barrier=True, spin_limit=10)
+    assert v.prepare(c, w, gemm_loop="tiled", presplit_rows=3).barriers_per_launch == 1 + 5 * c.L
+    p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10)
     x = make_input(c, 1.0, 0, device=dev)
     for n in (1, 2):
         v.run(p, x)
-        assert p.epoch == n * (1 + 5 * c.L)
+        assert p.epoch == n * (1 + 7 * c.L)
         assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
     p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
     v.run(p, x)
-    assert p.epoch == 1 + 5 * c.L and torch.all(p.flags[:, 0] == p.epoch)
+    assert p.epoch == 1 + 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
 
 
 def test_unsupported_shapes_raise():
@@ -213,9 +214,27 @@ def test_smem_fit_halves_the_attention_tile_only_when_shared_memory_is_the_limit
     assert smem_fit_step(dict(BQ=16, BKV=16), 255, 131072, 4, occ=1, cps=2) is None  # tile at its floor
 
 
+def test_attn_fill_gives_every_program_an_attention_tile():
+    c = load_case("case11")  # B 16, S 256, H 2: 16 groups of R programs; 4 query blocks of 64 per head
+    base = prepare_meta(c, n_sm=132, n_slots=264, split=16, attn_fill=False)[0]["BQ"]
+    filled = prepare_meta(c, n_sm=132, n_slots=264, split=16, attn_fill=True)[0]["BQ"]
+    assert (base, filled) == (64, 32)  # 2 heads x 8 query blocks = 16 tiles for 16 programs
+    assert prepare_meta(c, n_sm=132, n_slots=1024, split=64, attn_fill=True)[0]["BQ"] == 16  # floor
+
+
 def test_two_row_presplit_needs_the_flat_loop():
     with pytest.raises(ValueError, match="presplit_rows"):
-        prepare_meta(load_case("smoke1"), n_sm=132, presplit_rows=2)
+        prepare_meta(load_case("smoke1"), n_sm=132, presplit_rows=2, gemm_loop="tiled")
+
+
+@pytest.mark.parametrize("n,R,want", [(3 * 384, 8, 64),    # case 7 QKV: 9 tiles of 128 over 8 programs idle most
+                                      (4 * 256, 4, 128),   # case 1 FFN1, 2 row blocks: 16 tiles / 4, even
+                                      (3 * 128, 4, 64)])   # case 10 QKV, 2 row blocks: 6 tiles of 128 over 4
+def test_wide_block_n_auto_keeps_the_group_balanced(n, R, want):
+    from kernels.seqres.host import wide_block_n
+    M = 64 if R == 8 else 128
+    assert wide_block_n("auto", 64, M, n, R, 64) == want
+    assert wide_block_n(0, 64, M, n, R, 64) == 64 and wide_block_n(128, 64, M, n, R, 64) == 128
 
 
 def test_flat_gemm_loop_needs_presplit_weights():

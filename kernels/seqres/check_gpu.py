@@ -53,7 +53,10 @@ SWEEP = {
     "p_s3_2cta_chunked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, ln_stats="chunked"),
     "p_s3_2cta_blocked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, tile_order="blocked"),
     "p_s3_3cta_bm32": dict(presplit_weights=True, num_stages=3, ctas_per_sm=3, max_split=16, maxnreg=168, block_m=32),
-    "flat": dict(gemm_loop="flat"),        # on today's defaults; built in session 2, not yet measured
+    "tiled": dict(gemm_loop="tiled", presplit_rows=3, attn_fill=False),  # session 2's defaults (f0e62a3)
+    "nofill": dict(attn_fill=False),
+    "bnw128": dict(block_n_wide=128),
+    "flat": dict(gemm_loop="flat"),
     "flat_bn128": dict(gemm_loop="flat", block_n=128),
     "flat_4cta": dict(gemm_loop="flat", ctas_per_sm=4, max_split=16),
     "flat_s4": dict(gemm_loop="flat", num_stages=4),
@@ -68,6 +71,9 @@ SWEEP = {
     "flat_hl_bn128": dict(gemm_loop="flat", presplit_rows=2, block_n=128),
     "flat_hl_bn128_bk64": dict(gemm_loop="flat", presplit_rows=2, block_n=128, block_k=64),
     "flat_hl_bnw128_bk64_s2": dict(gemm_loop="flat", presplit_rows=2, block_n_wide=128, block_k=64, num_stages=2),
+    "flat_hl_auto": dict(gemm_loop="flat", presplit_rows=2, block_n_wide="auto"),
+    "flat_hl_auto_fill": dict(gemm_loop="flat", presplit_rows=2, block_n_wide="auto", attn_fill=True),
+    "flat_hl_bnw128_fill": dict(gemm_loop="flat", presplit_rows=2, block_n_wide=128, attn_fill=True),
     "flat_hl_bnw128_g2": dict(gemm_loop="flat", presplit_rows=2, block_n_wide=128, seqs_per_program=2),
     "flat_bk64": dict(gemm_loop="flat", block_k=64),
     "flat_bm128": dict(gemm_loop="flat", block_m=128),

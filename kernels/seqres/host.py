@@ -89,6 +89,20 @@ def _yaml_defaults() -> dict:
 DEFAULTS = _yaml_defaults()
 
 
+def wide_block_n(want, block_n: int, M: int, N: int, R: int, block_m: int) -> int:
+    """Output columns per tile of a wide GEMM (QKV, FFN1) of the flat loop. ``want``: a width, 0 (= block_n) or
+    "auto": 128 unless it leaves the group's R programs unevenly loaded, i.e. unless the busiest program's
+    columns (rounds of tiles x width) exceed 1.2x what 64-wide tiles give; 128-wide tiles move fewer bytes
+    per FLOP, so they win ties (sweeps in docs/seqres.md)."""
+    if want != "auto":
+        return _block(int(want) or block_n, N)
+    rows = -(-M // _block(block_m, M))
+
+    def busiest(bn: int) -> int:
+        return -(-(rows * -(-N // bn)) // R) * bn
+    return _block(128 if busiest(128) <= 1.2 * busiest(64) else 64, N)
+
+
 def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | None = None,
                  **params) -> tuple[dict, dict, dict]:
     """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
@@ -159,16 +173,20 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: presplit_rows={wrows}: 3 (hi, lo, hi), or 2 (hi, lo) with gemm_loop=flat")
     M = G * S
     dh = case.dh
+    bq = _block(o["block_q"], S)
+    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
+        bq //= 2
     meta = dict(
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]),
         BM=_block(o["block_m"], M), BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
-        BQ=_block(o["block_q"], S), BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
+        BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
         FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
-        BNW=_block(o["block_n_wide"] or o["block_n"], 4 * D),
+        BNQ=wide_block_n(o["block_n_wide"], o["block_n"], M, 3 * D, R, o["block_m"]),
+        BNF=wide_block_n(o["block_n_wide"], o["block_n"], M, 4 * D, R, o["block_m"]),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

@@ -261,12 +261,17 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      G: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, R: tl.constexpr,
                      BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
                      SPLIT_OUT: tl.constexpr = 0):
-    """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R.
-    SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16, 2: fp32-held, interpreter)."""
+    """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
+    odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
+    draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
+    2: fp32-held, interpreter)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     for i in range(0, (NT + R - 1) // R):
-        t = i * R + rank
+        if CAUSAL:
+            t = i * R + tl.where(i % 2 == 1, R - 1 - rank, rank)
+        else:
+            t = i * R + rank
         if NT % R == 0:
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT)
@@ -433,19 +438,19 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
-                BNW: tl.constexpr):
+                BNQ: tl.constexpr, BNF: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
-    attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs (QKV,
-    FFN1: N = 3D, 4D) use [BM, BNW] tiles, oproj and FFN2 (N = D) [BM, BN]."""
+    attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
+    [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN]."""
     M: tl.constexpr = G * S
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                        qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                       BM, BNW, BK, CM, WROWS)
+                       BM, BNQ, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV,
                      BDH, CM, PRESPLIT)
@@ -458,7 +463,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                        fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                       BM, BNW, BK, CM, WROWS)
+                       BM, BNF, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                        row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
@@ -497,7 +502,7 @@ def _seqres_fwd(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
-    FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNW: tl.constexpr,
+    FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -527,7 +532,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNW)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
