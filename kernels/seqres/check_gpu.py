@@ -54,6 +54,10 @@ SWEEP = {
     "p_s3_2cta_blocked": dict(presplit_weights=True, num_stages=3, ctas_per_sm=2, max_split=16, tile_order="blocked"),
     "p_s3_3cta_bm32": dict(presplit_weights=True, num_stages=3, ctas_per_sm=3, max_split=16, maxnreg=168, block_m=32),
     "tiled": dict(gemm_loop="tiled", presplit_rows=3, attn_fill=False),  # session 2's defaults (f0e62a3)
+    "quad": dict(gemm_loop="quad", presplit_rows=3),
+    "quad_bk16": dict(gemm_loop="quad", presplit_rows=3, block_k=16),
+    "quad_bnw64": dict(gemm_loop="quad", presplit_rows=3, block_n_wide=64),
+    "quad_bk16_bnw64": dict(gemm_loop="quad", presplit_rows=3, block_k=16, block_n_wide=64),
     "nofill": dict(attn_fill=False),
     "bnw128": dict(block_n_wide=128),
     "flat": dict(gemm_loop="flat"),

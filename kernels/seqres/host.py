@@ -161,7 +161,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
-    loops = {"tiled": 0, "flat": 1}
+    loops = {"tiled": 0, "flat": 1, "quad": 2}
     if o["gemm_loop"] not in loops:
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']!r} not in {sorted(loops)}")
     flat = loops[o["gemm_loop"]]
@@ -169,7 +169,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']} needs presplit_weights=true (its A operands come "
                          "pre-split)")
     wrows = int(o["presplit_rows"])
-    if wrows not in (2, 3) or (wrows == 2 and not flat):
+    if wrows not in (2, 3) or (wrows == 2 and flat != 1):
         raise ValueError(f"seqres: presplit_rows={wrows}: 3 (hi, lo, hi), or 2 (hi, lo) with gemm_loop=flat")
     M = G * S
     dh = case.dh
@@ -234,8 +234,12 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
                    f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
         sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
-        scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
-                       f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
+        if meta["FLAT"] == 2:  # quad: one [*, 4K] array of (lo, hi, hi, 0) per A operand
+            x4, f4 = torch.empty(B * S, 4 * D, **sd), torch.empty(B * S, 16 * D, **sd)
+            scratch.update(x_hi=x4, x_lo=x4, f_hi=f4, f_lo=f4)
+        else:
+            scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
+                           f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
     else:
         scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
     n_groups = B // meta["G"]
