@@ -50,6 +50,13 @@ class SeqresPrepared:
     spin_limit: int
     info: dict = field(default_factory=dict)
     epoch: int = 0
+    kernel: object = None    # the compiled kernel, launched directly by ``launch`` (CUDA; None: Triton's JIT path)
+
+    @property
+    def const_args(self) -> list:
+        """The constexpr arguments in signature order (a direct launch of the compiled kernel takes them too)."""
+        names = _seqres_fwd.arg_names
+        return [self.meta[n] for n in names[names.index("S"):]]
 
     @property
     def barriers_per_launch(self) -> int:
@@ -283,6 +290,8 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
             p = make(meta, launch_opts, info)
         else:
             raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
+    if dev.type == "cuda":  # launch the compiled kernel directly: Triton's per-call argument binding and
+        p.kernel = compile_only(p)  # specialization key cost tens of µs of host time per call
     return p
 
 
@@ -332,10 +341,16 @@ def ctas_per_sm_limit(n_regs: int, shared: int, num_warps: int, regs_sm: int = 6
 
 
 def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
-    """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills)."""
+    """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills).
+    With ``p.kernel`` (prepared on CUDA) the compiled binary is launched directly when x and y have the
+    16-byte alignment it was specialized for (torch allocations do); otherwise through Triton's JIT dispatch."""
     spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
-    k = _seqres_fwd[p.grid](x, y, *_scratch_args(p), *p.tensors,
-                            p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale, **p.meta, **p.launch)
+    args = (x, y, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale)
+    if p.kernel is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+        p.kernel[p.grid](*args, *p.const_args)
+        k = p.kernel
+    else:
+        k = _seqres_fwd[p.grid](*args, **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
     return k
 
