@@ -347,7 +347,7 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
     args = (x, y, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale)
     if p.kernel is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-        p.kernel[p.grid](*args, *p.const_args)
+        p.kernel[(p.grid[0], 1, 1)](*args, *p.const_args)
         k = p.kernel
     else:
         k = _seqres_fwd[p.grid](*args, **p.meta, **p.launch)
