@@ -285,3 +285,17 @@ def test_phase_profile_splits_work_and_barrier_wait_per_phase_kind():
     assert pp["kernel_us"] == pytest.approx(max(r[-1] for r in rows) / 1e3)  # first start (0) to last end
     with pytest.raises(ValueError, match="trace=true"):
         phase_profile(SimpleNamespace(meta=dict(TRACE=False, FLAT=0)))
+
+
+def test_direct_launch_passes_every_constexpr_in_signature_order():
+    """run() launches the compiled kernel with the runtime arguments followed by ``const_args``; that is only
+    right while every argument from ``S`` on is a constexpr that prepare_meta sets, and nothing else is."""
+    from kernels.seqres.host import SeqresPrepared
+    from kernels.seqres.megakernel import _seqres_fwd
+    names = list(_seqres_fwd.arg_names)
+    meta = prepare_meta(load_case("case10"), n_sm=132)[0]
+    assert names[names.index("S"):] == [n for n in names if n in meta]
+    assert set(names[names.index("S"):]) == set(meta)
+    p = SeqresPrepared.__new__(SeqresPrepared)
+    p.meta = meta
+    assert p.const_args == [meta[n] for n in names[names.index("S"):]]
