@@ -50,13 +50,9 @@ class SeqresPrepared:
     spin_limit: int
     info: dict = field(default_factory=dict)
     epoch: int = 0
-    kernel: object = None    # the compiled kernel, launched directly by ``launch`` (CUDA; None: Triton's JIT path)
-
-    @property
-    def const_args(self) -> list:
-        """The constexpr arguments in signature order (a direct launch of the compiled kernel takes them too)."""
-        names = _seqres_fwd.arg_names
-        return [self.meta[n] for n in names[names.index("S"):]]
+    kernel: object = None    # the compiled kernel (CUDA; None: every launch goes through Triton's JIT dispatch)
+    runner: object = None    # kernel[grid]: ``launch`` calls it with the runtime arguments + ``const_args``
+    const_args: list = field(default_factory=list)  # the constexpr arguments in signature order (from ``S`` on)
 
     @property
     def barriers_per_launch(self) -> int:
@@ -96,14 +92,14 @@ def _yaml_defaults() -> dict:
 DEFAULTS = _yaml_defaults()
 
 
-def wide_block_n(want, block_n: int, M: int, N: int, R: int, block_m: int) -> int:
+def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
     """Output columns per tile of a wide GEMM (QKV, FFN1) of the flat loop. ``want``: a width, 0 (= block_n) or
     "auto": 128 unless it leaves the group's R programs unevenly loaded, i.e. unless the busiest program's
     columns (rounds of tiles x width) exceed 1.2x what 64-wide tiles give; 128-wide tiles move fewer bytes
     per FLOP, so they win ties (sweeps in docs/seqres.md)."""
     if want != "auto":
         return _block(int(want) or block_n, N)
-    rows = -(-M // _block(block_m, M))
+    rows = -(-M // BM)
 
     def busiest(bn: int) -> int:
         return -(-(rows * -(-N // bn)) // R) * bn
@@ -168,7 +164,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
-    loops = {"tiled": 0, "flat": 1, "quad": 2}
+    loops = {"tiled": 0, "flat": 1}
     if o["gemm_loop"] not in loops:
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']!r} not in {sorted(loops)}")
     flat = loops[o["gemm_loop"]]
@@ -176,24 +172,25 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']} needs presplit_weights=true (its A operands come "
                          "pre-split)")
     wrows = int(o["presplit_rows"])
-    if wrows not in (2, 3) or (wrows == 2 and flat != 1):
+    if wrows not in (2, 3) or (wrows == 2 and not flat):
         raise ValueError(f"seqres: presplit_rows={wrows}: 3 (hi, lo, hi), or 2 (hi, lo) with gemm_loop=flat")
     M = G * S
     dh = case.dh
+    bm = _block(o["block_m"], M)
     bq = _block(o["block_q"], S)
     while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
         bq //= 2
     meta = dict(
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]),
-        BM=_block(o["block_m"], M), BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
+        BM=bm, BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
         BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
         FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
-        BNQ=wide_block_n(o["block_n_wide"], o["block_n"], M, 3 * D, R, o["block_m"]),
-        BNF=wide_block_n(o["block_n_wide"], o["block_n"], M, 4 * D, R, o["block_m"]),
+        BNQ=wide_block_n(o["block_n_wide"], o["block_n"], M, 3 * D, R, bm),
+        BNF=wide_block_n(o["block_n_wide"], o["block_n"], M, 4 * D, R, bm),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -241,23 +238,19 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
                    f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
         sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
-        if meta["FLAT"] == 2:  # quad: one [*, 4K] array of (lo, hi, hi, 0) per A operand
-            x4, f4 = torch.empty(B * S, 4 * D, **sd), torch.empty(B * S, 16 * D, **sd)
-            scratch.update(x_hi=x4, x_lo=x4, f_hi=f4, f_lo=f4)
-        else:
-            scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
-                           f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
+        scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
+                       f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
     else:
         scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
     n_groups = B // meta["G"]
 
     def make(meta, launch_opts, info):
+        n_bar = 1 + _barriers_per_layer(meta) * case.L
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
             flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
-            trace=torch.zeros(info["grid"] if meta["TRACE"] else 1,
-                              2 * (1 + _barriers_per_layer(meta) * case.L) + 2 if meta["TRACE"] else 1,
-                              device=dev, dtype=torch.int64),
+            trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
+                              dtype=torch.int64),
             err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
             qk_scale=math.log2(math.e) / math.sqrt(case.dh),
             spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
@@ -292,7 +285,15 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
             raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
     if dev.type == "cuda":  # launch the compiled kernel directly: Triton's per-call argument binding and
         p.kernel = compile_only(p)  # specialization key cost tens of µs of host time per call
+        p.runner = p.kernel[(p.grid[0], 1, 1)]
+        p.const_args = constexpr_args(p.meta)
     return p
+
+
+def constexpr_args(meta: dict) -> list:
+    """``meta``'s values in kernel-signature order: every argument from ``S`` on is a constexpr."""
+    names = _seqres_fwd.arg_names
+    return [meta[n] for n in names[names.index("S"):]]
 
 
 def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int, cps: int) -> dict | None:
@@ -346,8 +347,8 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     16-byte alignment it was specialized for (torch allocations do); otherwise through Triton's JIT dispatch."""
     spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
     args = (x, y, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale)
-    if p.kernel is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-        p.kernel[(p.grid[0], 1, 1)](*args, *p.const_args)
+    if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+        p.runner(*args, *p.const_args)
         k = p.kernel
     else:
         k = _seqres_fwd[p.grid](*args, **p.meta, **p.launch)

@@ -60,15 +60,8 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 @triton.jit
 def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
     """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
-    2: fp32-held, interpreter), or (3 / 4) the quads (lo, hi, hi, 0) of ``gemm_loop: quad``: how a producer
-    hands a flat GEMM phase its pre-split A operand."""
-    if SPLIT >= 3:  # quads (lo, hi, hi, 0) per element at o_ptr + 4 * offs: one contiguous 8-byte store each
-        hi, lo = split_bf16(x, SPLIT == 3)
-        q = tl.join(tl.join(lo, hi), tl.join(hi, tl.zeros_like(hi)))                     # [.., .., 2, 2]
-        q = tl.reshape(q, (q.shape[0], q.shape[1], 4))
-        q_offs = (4 * offs)[:, :, None] + tl.arange(0, 4)[None, None, :]
-        tl.store(o_ptr + q_offs, q, mask=mask[:, :, None])
-    elif SPLIT:
+    2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
+    if SPLIT:
         hi, lo = split_bf16(x, SPLIT == 1)
         tl.store(o_ptr + offs, hi, mask=mask)
         tl.store(olo_ptr + offs, lo, mask=mask)
@@ -122,7 +115,7 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
             x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
         if SPLIT:
             _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
-        else:  # kept out of the helper: routing it through _store changes the default path's register allocation
+        else:  # kept out of the helper: routing it through _store changed the tiled path's register allocation
             tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
 
 
@@ -393,12 +386,12 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       WROWS: tl.constexpr, QUAD: tl.constexpr = False):
+                       WROWS: tl.constexpr):
     """o = epilogue(a @ w + b) with ONE loop over (tile, K step) pairs of this program's contiguous run of
     tiles, so the software pipeliner prefetches the next tile's first K steps while the current tile
     finishes (a short K loop per tile pays its load latency once per tile instead). A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step
-    as in ``_k_step``'s presplit path, or (QUAD) one dot on (lo, hi, hi, 0) quads. The epilogue (bias, GELU, residual, store or split store) runs on a
+    as in ``_k_step``'s presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a
     tile's last K step."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
@@ -418,24 +411,11 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         mask_n = offs_n < N
         mask_k = offs_k < K
         rows = row0 + offs_m
-        if QUAD:
-            # ONE dot per step (ptxas keeps the wgmma chain asynchronous; three chained dots next to the in-loop
-            # epilogue get every wgmma serialized): A column 4k+s holds (lo, hi, hi, 0)[s] of a[:, k], W row 4k+s
-            # is row 3k+s of the (hi, lo, hi) presplit weight (s = 3 masked: zeros, no memory traffic)
-            r4 = tl.arange(0, 4 * BK)
-            k4 = kk * BK + r4 // 4
-            c4 = 4 * kk * BK + r4
-            a4 = tl.load(ahi_ptr + rows[:, None] * (4 * K) + c4[None, :], mask=mask_m[:, None] & (c4 < 4 * K)[None, :],
-                         other=0.0, cache_modifier=CM)                                    # [BM, 4BK]
-            w4 = tl.load(w_ptr + (3 * k4 + r4 % 4)[:, None] * N + offs_n[None, :],
-                         mask=((r4 % 4 != 3) & (k4 < K))[:, None] & mask_n[None, :], other=0.0)  # [4BK, BN]
-            acc = tl.dot(a4, w4, acc, input_precision=PREC)
-        else:
-            amask = mask_m[:, None] & mask_k[None, :]
-            a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-            a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-            acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC,
-                                WROWS)
+        amask = mask_m[:, None] & mask_k[None, :]
+        a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+        a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
+        acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC,
+                            WROWS)
         if kk == KT - 1:
             acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
             if GELU:
@@ -458,36 +438,35 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
-                BNQ: tl.constexpr, BNF: tl.constexpr, QUAD: tl.constexpr):
+                BNQ: tl.constexpr, BNF: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN]."""
     M: tl.constexpr = G * S
-    AS: tl.constexpr = PRESPLIT + 2 if QUAD else PRESPLIT  # how producers store an A operand (see _store)
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                AS, xlo_ptr)
+                PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                        qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                       BM, BNQ, BK, CM, WROWS, QUAD)
+                       BM, BNQ, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV,
-                     BDH, CM, AS)
+                     BDH, CM, PRESPLIT)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, QUAD)
+                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                AS, xlo_ptr)
+                PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, AS, P_LIN, PRESPLIT, R,
-                       BM, BNF, BK, CM, WROWS, QUAD)
+                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, True, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                       BM, BNF, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, QUAD)
+                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
@@ -553,7 +532,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, FLAT == 2)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
