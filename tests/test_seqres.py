@@ -14,6 +14,7 @@ from kernels import Case, Unsupported, gate, get_variant, load_case, make_input,
 from kernels.reference import reference_forward  # noqa: E402
 from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
+from kernels.seqres.megakernel import _linear_phase_flat  # noqa: E402
 from kernels.common.tl_helpers import layernorm_stats, layernorm_stats_chunked  # noqa: E402
 from kernels.gate import ATOL, RTOL  # noqa: E402
 from workflow.stages.correctness import check_variant  # noqa: E402
@@ -80,8 +81,9 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="flat", presplit_rows=3, flag_barrier=True, spin_limit=10),  # flat loops, hi/lo/hi weight rows
     dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
     dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
+    dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "presplit-k16", "flat", "flat-small-tiles", "flat-hl"])
+        "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -293,3 +295,34 @@ def test_direct_launch_passes_every_constexpr_in_signature_order():
     assert names[names.index("S"):] == [n for n in names if n in meta]
     assert set(names[names.index("S"):]) == set(meta)
     assert constexpr_args(meta) == [meta[n] for n in names[names.index("S"):]]
+
+
+@triton.jit
+def _flat_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr):
+    """One residual flat GEMM phase, y += a @ w + b, shared by R programs (no barrier needed: one phase)."""
+    _linear_phase_flat(ahi, alo, w, b, y, y, y, 0, tl.program_id(0), M, N, K, False, True, 0, "ieee", 2, R,
+                       BM, BN, BK, "", 2, SK)
+
+
+@pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
+@pytest.mark.parametrize("M,R,sk", [(48, 5, True), (40, 7, True), (48, 5, False), (40, 3, False)],
+                         ids=["even-streamk", "ragged-streamk", "even-tiles", "ragged-tiles"])
+def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
+    """Stream-K: R programs split 6 tiles x 4 K steps unevenly, so tiles are cut between programs and
+    their pieces are added with atomics (the piece with K step 0 adding the bias); whole-tile shares
+    (stream_k off) as the megakernel runs them. Every output element must equal y + a @ w + b once."""
+    from kernels.common.split import split_hi_lo
+    N, K = 32, 64
+    g = torch.Generator().manual_seed(M * 100 + R)
+    a, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+    b, y0 = torch.randn(N, generator=g), torch.randn(M, N, generator=g)
+    ahi, alo = (t.float() for t in split_hi_lo(a))
+    whi, wlo = (t.float() for t in split_hi_lo(w))
+    wsplit = torch.stack([whi, wlo], dim=1).reshape(2 * K, N).contiguous()
+    y = y0.clone()
+    _flat_phase_kernel[(R,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk)
+    d = lambda t: t.double()  # noqa: E731
+    ref = d(y0) + d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
+    err = (d(y) - ref).abs().max().item()
+    assert err < 1e-4, f"max error {err}"

@@ -22,7 +22,10 @@ def compile_case(case, params: dict, arch: int = 90):
     """Compile for ``arch`` with the constexprs prepare() would pick (device-independent parts)."""
     import torch  # noqa: F401
     from .host import prepare_meta
-    meta, launch, _ = prepare_meta(case, n_sm=132, **params)
+    from .host import DEFAULTS
+    # the R a GPU run starts from: ctas_per_sm programs per SM (prepare then checks the compiled occupancy)
+    cps = max(1, int(params.get("ctas_per_sm", DEFAULTS["ctas_per_sm"])))
+    meta, launch, _ = prepare_meta(case, n_sm=132, n_slots=132 * cps, **params)
     sig = {}
     names = list(_seqres_fwd.arg_names)
     for n in names:

@@ -191,6 +191,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
         BNQ=wide_block_n(o["block_n_wide"], o["block_n"], M, 3 * D, R, bm),
         BNF=wide_block_n(o["block_n_wide"], o["block_n"], M, 4 * D, R, bm),
+        SK=bool(o["stream_k"]) and bool(flat), AS=bool(o["attn_presplit"]) and bool(flat),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

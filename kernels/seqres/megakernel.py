@@ -252,7 +252,7 @@ def _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k
 
 
 @triton.jit
-def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns j*DH of each part
+def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns j*DH of each part (QS: the hi part)
                      o_ptr,         # [*, D] fp32 merged heads (SPLIT_OUT: the bf16 hi part)
                      olo_ptr,       # [*, D] the lo part (SPLIT_OUT only)
                      row0, rank,
@@ -260,11 +260,13 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                      G: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, R: tl.constexpr,
                      BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                     SPLIT_OUT: tl.constexpr = 0):
+                     SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0):
     """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
-    2: fp32-held, interpreter)."""
+    2: fp32-held, interpreter). QS: q, k, v arrive pre-split by the QKV epilogue (hi at ``qkv_ptr``, lo at
+    ``qlo_ptr``; 1: bf16, 2: fp32-held), so every dot is three dots on the parts (PREC is then the parts'
+    input_precision) and only p is split here."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     for i in range(0, (NT + R - 1) // R):
@@ -274,25 +276,45 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
             t = i * R + rank
         if NT % R == 0:
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
-                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT)
+                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS)
         else:
             if t < NT:
                 _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
-                                qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT)
+                                qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS)
+
+
+@triton.jit
+def _dot3(a_hi, a_lo, b_hi, b_lo, PREC: tl.constexpr):
+    """a @ b from hi/lo parts, bf16x3 (smallest terms first)."""
+    acc = tl.dot(a_lo, b_hi, input_precision=PREC)
+    acc = tl.dot(a_hi, b_lo, acc, input_precision=PREC)
+    acc = tl.dot(a_hi, b_hi, acc, input_precision=PREC)
+    return acc
 
 
 @triton.jit
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
-                     PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr):
-    """One key/value block of the online softmax: returns the updated (m_i, l_i, acc)."""
+                     PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
+                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0):
+    """One key/value block of the online softmax: returns the updated (m_i, l_i, acc). K and V are both
+    loaded before the first dot (V's latency hides behind q k^T and the softmax)."""
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     offs_k = k0 + tl.arange(0, BKV)
     mask_k = offs_k < S
-    kt = tl.load(qkv_ptr + (base + offs_k)[None, :] * (3 * D) + D + hd * DH + offs_d[:, None],
-                 mask=mask_d[:, None] & mask_k[None, :], other=0.0, cache_modifier=CM)      # [BDH, BKV]
-    s = tl.dot(q, kt, input_precision=PREC)                                                 # [BQ, BKV]
+    k_offs = (base + offs_k)[None, :] * (3 * D) + D + hd * DH + offs_d[:, None]                # [BDH, BKV]
+    k_mask = mask_d[:, None] & mask_k[None, :]
+    v_offs = (base + offs_k)[:, None] * (3 * D) + 2 * D + hd * DH + offs_d[None, :]            # [BKV, BDH]
+    v_mask = mask_k[:, None] & mask_d[None, :]
+    kt = tl.load(qkv_ptr + k_offs, mask=k_mask, other=0.0, cache_modifier=CM)
+    v = tl.load(qkv_ptr + v_offs, mask=v_mask, other=0.0, cache_modifier=CM)
+    if QS:
+        kt_lo = tl.load(qlo_ptr + k_offs, mask=k_mask, other=0.0, cache_modifier=CM)
+        v_lo = tl.load(qlo_ptr + v_offs, mask=v_mask, other=0.0, cache_modifier=CM)
+        s = _dot3(q, q_lo, kt, kt_lo, PREC) * qk_scale                                        # [BQ, BKV]
+    else:
+        s = tl.dot(q, kt, input_precision=PREC)
     valid = mask_k[None, :]
     if CAUSAL:
         valid = valid & (offs_k[None, :] <= offs_q[:, None])
@@ -301,9 +323,11 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    v = tl.load(qkv_ptr + (base + offs_k)[:, None] * (3 * D) + 2 * D + hd * DH + offs_d[None, :],
-                mask=mask_k[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)      # [BKV, BDH]
-    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
+    if QS:
+        p_hi, p_lo = split_bf16(p, QS == 1)
+        acc = acc * alpha[:, None] + _dot3(p_hi, p_lo, v, v_lo, PREC)
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
     return m_new, l_i, acc
 
 
@@ -312,7 +336,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                     CAUSAL: tl.constexpr, PREC: tl.constexpr,
                     BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                    SPLIT_OUT: tl.constexpr):
+                    SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
@@ -320,9 +344,13 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     base = row0 + g * S
     offs_q = qb * BQ + tl.arange(0, BQ)
     mask_q = offs_q < S
-    q = tl.load(qkv_ptr + (base + offs_q)[:, None] * (3 * D) + hd * DH + offs_d[None, :],
-                mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)        # [BQ, BDH]
-    q = q * qk_scale
+    q_offs = (base + offs_q)[:, None] * (3 * D) + hd * DH + offs_d[None, :]
+    q = tl.load(qkv_ptr + q_offs, mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)  # [BQ, BDH]
+    if QS:  # the scale is applied to q k^T (q's parts stay as split)
+        q_lo = tl.load(qlo_ptr + q_offs, mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)
+    else:
+        q = q * qk_scale
+        q_lo = q
     m_i = tl.full((BQ,), float("-inf"), tl.float32)
     l_i = tl.zeros((BQ,), tl.float32)
     acc = tl.zeros((BQ, BDH), tl.float32)
@@ -332,10 +360,10 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
         if CAUSAL:
             if j * BKV < (qb + 1) * BQ:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM)
+                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
         else:
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM)
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
     out = acc / l_i[:, None]
     _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
            mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
@@ -377,8 +405,18 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
 
 
 @triton.jit
+def _load_tile(ptrs, mask, CM: tl.constexpr):
+    """tl.load with ``mask`` (0 where masked), or unmasked when ``mask`` is None."""
+    if mask is None:
+        x = tl.load(ptrs, cache_modifier=CM)
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=CM)
+    return x
+
+
+@triton.jit
 def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf16, or fp32-held: PRESPLIT 2)
-                       w_ptr,             # [3K, N] presplit weight, rows hi|lo|hi of row k
+                       w_ptr,             # [WROWS*K, N] presplit weight, rows hi, lo(, hi) of row k
                        b_ptr, r_ptr,      # [N] bias; [*, N] residual (RESID; may alias o_ptr)
                        o_ptr, olo_ptr,    # [*, N] output (fp32), or its hi/lo parts (SPLIT_OUT)
                        row0, rank,
@@ -386,45 +424,101 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       WROWS: tl.constexpr):
-    """o = epilogue(a @ w + b) with ONE loop over (tile, K step) pairs of this program's contiguous run of
-    tiles, so the software pipeliner prefetches the next tile's first K steps while the current tile
-    finishes (a short K loop per tile pays its load latency once per tile instead). A comes pre-split
-    (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step
-    as in ``_k_step``'s presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a
-    tile's last K step."""
+                       WROWS: tl.constexpr, STREAM_K: tl.constexpr = False):
+    """o = epilogue(a @ w + b) with ONE loop over the (tile, K step) pairs of this program's share, so the
+    software pipeliner prefetches the next tile's first K steps while the current tile finishes (a short K
+    loop per tile pays its load latency once per tile instead). A comes pre-split (LayerNorm applied by
+    ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step as in ``_k_step``'s
+    presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a tile's last K step.
+
+    Share: a contiguous run of whole tiles per program, or with STREAM_K (residual GEMMs only: o = r += a @ w
+    + b) an equal share of the phase's (tile, K step) pairs, so a tile may be cut between programs; the
+    pieces of a cut tile are added to o with atomics (the piece holding K step 0 adds the bias), whole tiles
+    as usual. Addressing: a scalar base per step plus loop-invariant offset tiles; masks only where the
+    shape does not divide into tiles. Steps past the program's share (the last one, when R does not divide
+    the work) load the last valid step again and store nothing."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
-    TPP: tl.constexpr = (NT + R - 1) // R
     KT: tl.constexpr = (K + BK - 1) // BK
+    T: tl.constexpr = NT * KT
+    TPP: tl.constexpr = (NT + R - 1) // R
+    EVEN: tl.constexpr = (M % BM == 0) and (N % BN == 0) and (K % BK == 0)
+    if STREAM_K:
+        tl.static_assert(RESID and not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
+        ITERS: tl.constexpr = (T + R - 1) // R
+        start = rank * T // R
+        end = (rank + 1) * T // R
+    else:
+        ITERS: tl.constexpr = TPP * KT
+        start = rank * (TPP * KT)
+        end = start + TPP * KT
+    a_offs = tl.arange(0, BM)[:, None] * K + tl.arange(0, BK)[None, :]               # [BM, BK]
+    w_offs = tl.arange(0, BK)[:, None] * (WROWS * N) + tl.arange(0, BN)[None, :]     # [BK, BN], hi rows
     acc = tl.zeros((BM, BN), tl.float32)
-    for i in range(0, TPP * KT):
-        j = i // KT
-        kk = i - j * KT
-        t = rank * TPP + j
+    for i in range(0, ITERS):
+        g = start + i
+        valid = (g < end) & (g < T)
+        gc = tl.minimum(g, T - 1)
+        t = gc // KT
+        kk = gc - t * KT
         tm = t // NT_N
         tn = t - tm * NT_N
-        offs_m = tm * BM + tl.arange(0, BM)
-        offs_n = tn * BN + tl.arange(0, BN)
-        offs_k = kk * BK + tl.arange(0, BK)
-        mask_m = (offs_m < M) & (t < NT)
-        mask_n = offs_n < N
-        mask_k = offs_k < K
-        rows = row0 + offs_m
-        amask = mask_m[:, None] & mask_k[None, :]
-        a_hi = tl.load(ahi_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-        a_lo = tl.load(alo_ptr + rows[:, None] * K + offs_k[None, :], mask=amask, other=0.0, cache_modifier=CM)
-        acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, mask_k[:, None] & mask_n[None, :], N, PREC,
-                            WROWS)
-        if kk == KT - 1:
-            acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
-            if GELU:
-                acc = gelu_erf(acc)
-            optrs = rows[:, None] * N + offs_n[None, :]
-            omask = mask_m[:, None] & mask_n[None, :]
-            if RESID:
-                acc += tl.load(r_ptr + optrs, mask=omask, other=0.0, cache_modifier=CM)
-            _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
+        a_base = (row0 + tm * BM) * K + kk * BK
+        w_base = kk * (BK * WROWS * N) + tn * BN
+        if EVEN:
+            a_hi = tl.load(ahi_ptr + a_base + a_offs, cache_modifier=CM)
+            a_lo = tl.load(alo_ptr + a_base + a_offs, cache_modifier=CM)
+            w_hi = tl.load(w_ptr + w_base + w_offs)
+            w_lo = tl.load(w_ptr + w_base + N + w_offs)
+            if WROWS == 3:
+                w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs)
+            else:
+                w_hi2 = w_hi
+        else:
+            mask_m = (tm * BM + tl.arange(0, BM)) < M
+            mask_k = (kk * BK + tl.arange(0, BK)) < K
+            mask_n = (tn * BN + tl.arange(0, BN)) < N
+            amask = mask_m[:, None] & mask_k[None, :]
+            wmask = mask_k[:, None] & mask_n[None, :]
+            a_hi = tl.load(ahi_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
+            a_lo = tl.load(alo_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
+            w_hi = tl.load(w_ptr + w_base + w_offs, mask=wmask, other=0.0)
+            w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
+            if WROWS == 3:
+                w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs, mask=wmask, other=0.0)
+            else:
+                w_hi2 = w_hi
+        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+        last = kk == KT - 1
+        if STREAM_K:
+            last = last | (g == end - 1)
+        if valid & last:
+            offs_n = tn * BN + tl.arange(0, BN)
+            optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * N + offs_n[None, :]  # per tile, not hoisted
+            if EVEN:
+                bias = tl.load(b_ptr + offs_n)
+                omask = None
+            else:
+                mask_n = offs_n < N
+                bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
+                omask = ((tm * BM + tl.arange(0, BM)) < M)[:, None] & mask_n[None, :]
+            if STREAM_K:
+                ts = t * KT
+                acc += tl.where(ts >= start, bias, 0.0)[None, :]  # the piece with K step 0 adds the bias
+                if (ts >= start) & (ts + KT <= end):               # the whole tile is this program's
+                    acc += _load_tile(r_ptr + optrs, omask, CM)
+                    tl.store(o_ptr + optrs, acc, mask=omask)
+                else:
+                    tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
+            else:
+                acc += bias[None, :]
+                if GELU:
+                    acc = gelu_erf(acc)
+                if RESID:
+                    acc += _load_tile(r_ptr + optrs, omask, CM)
+                _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
             acc = tl.zeros((BM, BN), tl.float32)
 
 
@@ -438,7 +532,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
-                BNQ: tl.constexpr, BNF: tl.constexpr):
+                BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -448,15 +542,24 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
-                       qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                       BM, BNQ, BK, CM, WROWS)
+    if AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), rows of 3D
+        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
+                           fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                           BM, BNQ, BK, CM, WROWS)
+    else:
+        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
+                           qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
+                           BM, BNQ, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ, BKV,
-                     BDH, CM, PRESPLIT)
+    if AS:
+        _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
+                         BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT)
+    else:
+        _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
+                         BKV, BDH, CM, PRESPLIT)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
+                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
@@ -466,7 +569,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                        BM, BNF, BK, CM, WROWS)
     _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS)
+                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK)
     _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
@@ -503,6 +606,7 @@ def _seqres_fwd(
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
+    SK: tl.constexpr, AS: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -532,7 +636,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
