@@ -106,6 +106,15 @@ def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
     return _block(128 if busiest(128) <= 1.2 * busiest(64) else 64, N)
 
 
+def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
+    """Whether oproj and FFN2 (N = D) share their (tile, K step) pairs over the group's R programs: ``want``
+    true/false, or "auto": only when their [BM, BN] tiles do not divide evenly over the R programs (otherwise
+    the shares are whole tiles anyway and the atomics would only cost code)."""
+    if want != "auto":
+        return bool(want)
+    return (-(-M // BM) * -(-D // BN)) % R != 0
+
+
 def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | None = None,
                  **params) -> tuple[dict, dict, dict]:
     """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
@@ -191,7 +200,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
         BNQ=wide_block_n(o["block_n_wide"], o["block_n"], M, 3 * D, R, bm),
         BNF=wide_block_n(o["block_n_wide"], o["block_n"], M, 4 * D, R, bm),
-        SK=bool(o["stream_k"]) and bool(flat), AS=bool(o["attn_presplit"]) and bool(flat),
+        SK=stream_k(o["stream_k"], M, D, R, bm, _block(o["block_n"], 4 * D)) and bool(flat),
+        AS=bool(o["attn_presplit"]) and bool(flat),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

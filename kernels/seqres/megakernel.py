@@ -303,9 +303,10 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
     mask_d = offs_d < DH
     offs_k = k0 + tl.arange(0, BKV)
     mask_k = offs_k < S
-    k_offs = (base + offs_k)[None, :] * (3 * D) + D + hd * DH + offs_d[:, None]                # [BDH, BKV]
+    LDQ: tl.constexpr = (3 + (QS != 0)) * D  # row stride of q|k|v: 4D when pre-split into the f_hi/f_lo rows
+    k_offs = (base + offs_k)[None, :] * LDQ + D + hd * DH + offs_d[:, None]                    # [BDH, BKV]
     k_mask = mask_d[:, None] & mask_k[None, :]
-    v_offs = (base + offs_k)[:, None] * (3 * D) + 2 * D + hd * DH + offs_d[None, :]            # [BKV, BDH]
+    v_offs = (base + offs_k)[:, None] * LDQ + 2 * D + hd * DH + offs_d[None, :]                # [BKV, BDH]
     v_mask = mask_k[:, None] & mask_d[None, :]
     kt = tl.load(qkv_ptr + k_offs, mask=k_mask, other=0.0, cache_modifier=CM)
     v = tl.load(qkv_ptr + v_offs, mask=v_mask, other=0.0, cache_modifier=CM)
@@ -344,7 +345,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     base = row0 + g * S
     offs_q = qb * BQ + tl.arange(0, BQ)
     mask_q = offs_q < S
-    q_offs = (base + offs_q)[:, None] * (3 * D) + hd * DH + offs_d[None, :]
+    LDQ: tl.constexpr = (3 + (QS != 0)) * D  # as in _attention_block
+    q_offs = (base + offs_q)[:, None] * LDQ + hd * DH + offs_d[None, :]
     q = tl.load(qkv_ptr + q_offs, mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)  # [BQ, BDH]
     if QS:  # the scale is applied to q k^T (q's parts stay as split)
         q_lo = tl.load(qlo_ptr + q_offs, mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)
@@ -424,7 +426,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       WROWS: tl.constexpr, STREAM_K: tl.constexpr = False):
+                       WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0):
     """o = epilogue(a @ w + b) with ONE loop over the (tile, K step) pairs of this program's share, so the
     software pipeliner prefetches the next tile's first K steps while the current tile finishes (a short K
     loop per tile pays its load latency once per tile instead). A comes pre-split (LayerNorm applied by
@@ -496,7 +498,8 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             last = last | (g == end - 1)
         if valid & last:
             offs_n = tn * BN + tl.arange(0, BN)
-            optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * N + offs_n[None, :]  # per tile, not hoisted
+            # per tile, not hoisted; LDO: the output's row stride when it is not N
+            optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * (N if LDO == 0 else LDO) + offs_n[None, :]
             if EVEN:
                 bias = tl.load(b_ptr + offs_n)
                 omask = None
@@ -542,10 +545,11 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    if AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), rows of 3D
+    if AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
+        # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
