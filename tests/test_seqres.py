@@ -239,6 +239,24 @@ def test_wide_block_n_auto_keeps_the_group_balanced(n, R, want):
     assert wide_block_n(0, 64, M, n, R, 64) == 64 and wide_block_n(128, 64, M, n, R, 64) == 128
 
 
+@pytest.mark.parametrize("M,D,R,want", [(256, 128, 16, 64),   # case 11: 4 tiles of 128 x 4 K steps over 16 programs
+                                        (128, 128, 4, 128),   # case 10: 2 x 4 steps over 4 programs = 2 each
+                                        (64, 384, 8, 128)])   # case 7: 3 tiles x 12 steps over 8 programs
+def test_narrow_block_n_auto_keeps_two_k_steps_per_program(M, D, R, want):
+    from kernels.seqres.host import narrow_block_n
+    assert narrow_block_n("auto", M, D, R, 64, 32) == want
+    assert narrow_block_n(64, M, D, R, 64, 32) == 64
+
+
+@pytest.mark.parametrize("M,D,R,BN,want", [(128, 256, 4, 128, False),  # case 1: 4 tiles over 4 programs
+                                           (64, 384, 8, 128, True),    # case 7: 3 tiles over 8
+                                           (256, 128, 16, 64, True)])  # case 11: 8 tiles over 16
+def test_stream_k_auto_only_when_tiles_do_not_divide(M, D, R, BN, want):
+    from kernels.seqres.host import stream_k
+    assert stream_k("auto", M, D, R, 64, BN) is want
+    assert stream_k(True, M, D, R, 64, BN) and not stream_k(False, M, D, R, 64, BN)
+
+
 def test_flat_gemm_loop_needs_presplit_weights():
     with pytest.raises(ValueError, match="presplit_weights"):
         prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flat", presplit_weights=False)

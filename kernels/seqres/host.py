@@ -106,6 +106,17 @@ def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
     return _block(128 if busiest(128) <= 1.2 * busiest(64) else 64, N)
 
 
+def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
+    """Output columns per tile of oproj and FFN2 (N = D) in the flat loop, and the base of ``wide_block_n``.
+    ``want``: a width, or "auto": 128 unless oproj's (tile, K step) pairs with 128-wide tiles give a program
+    fewer than 2 K steps (stream_k then cuts every tile into pieces of one step, each added with a whole
+    tile of atomics); 128-wide tiles re-read A half as often (sweeps in docs/seqres.md)."""
+    if want != "auto":
+        return _block(int(want), 4 * D)
+    steps = -(-M // BM) * -(-D // 128) * -(-D // BK)
+    return _block(128 if steps >= 2 * R else 64, 4 * D)
+
+
 def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     """Whether oproj and FFN2 (N = D) share their (tile, K step) pairs over the group's R programs: ``want``
     true/false, or "auto": only when their [BM, BN] tiles do not divide evenly over the R programs (otherwise
@@ -189,18 +200,21 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     bq = _block(o["block_q"], S)
     while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
         bq //= 2
+    bk = _block(o["block_k"], D)
+    bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
+        64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]),
-        BM=bm, BN=_block(o["block_n"], 4 * D), BK=_block(o["block_k"], D),
+        BM=bm, BN=bn, BK=bk,
         BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
         FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
-        BNQ=wide_block_n(o["block_n_wide"], o["block_n"], M, 3 * D, R, bm),
-        BNF=wide_block_n(o["block_n_wide"], o["block_n"], M, 4 * D, R, bm),
-        SK=stream_k(o["stream_k"], M, D, R, bm, _block(o["block_n"], 4 * D)) and bool(flat),
+        BNQ=wide_block_n(o["block_n_wide"], bn, M, 3 * D, R, bm),
+        BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
+        SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
