@@ -344,3 +344,16 @@ def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
     ref = d(y0) + d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
     err = (d(y) - ref).abs().max().item()
     assert err < 1e-4, f"max error {err}"
+
+
+def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():
+    """aot_check's SASS reader: a loop of 6 instructions whose epilogue (2 instructions) is skipped by a
+    forward branch; the per-step path counts head..branch plus the branch target..loop end."""
+    from kernels.seqres.aot_check import mma_loops
+    body = ["IADD3 R1, R1, 0x1, RZ", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", "@P0 BRA 0x0140",
+            "STG.E [R2.64], R4", "STG.E [R2.64+0x4], R5", "ISETP.GT.AND P1, PT, R1, 0x4, PT", "@P1 BRA 0x00f0"]
+    # addresses 0xf0, 0x100, ...: the loop head is the first instruction, 0x140 the fifth
+    sass = "\n".join(f"        /*{0xf0 + 16 * i:04x}*/                   {t} ;" for i, t in enumerate(body))
+    (lp,) = mma_loops(sass)
+    assert lp["start"] == 0xF0 and lp["body"] == 7 and lp["mma"] == 1
+    assert lp["step_path"] == 3 + 2  # head..@P0 BRA (3), then 0x140..loop end (2)

@@ -71,6 +71,48 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
     return (int(regs.group(1)) if regs else -1, int(spill.group(1)) if spill else -1)
 
 
+def sass_of(k) -> str:
+    """SASS of a compiled kernel (the bundled ``cuobjdump`` on its cubin)."""
+    import os
+    import subprocess
+    import tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as d:
+        fn = os.path.join(d, "k.cubin")
+        with open(fn, "wb") as f:
+            f.write(k.asm["cubin"])
+        return subprocess.run([tool, "-sass", fn], capture_output=True, text=True, check=True).stdout
+
+
+def mma_loops(sass: str) -> list[dict]:
+    """Loops (backward branches) of ``sass`` that contain MMA instructions: start address, body size, and
+    the per-step path (head to the loop end with the body's epilogue skipped: the first forward conditional
+    branch that lands near the loop end), plus MMA and cp.async counts of the body."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in
+           (re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", ln) for ln in sass.splitlines()) if m]
+    idx = {a: i for i, (a, _) in enumerate(ins)}
+    out = []
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"BRA\s.*?0x([0-9a-f]+)", t)
+        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in idx:
+            continue
+        head = idx[int(m.group(1), 16)]
+        body = ins[head:i + 1]
+        ops = [re.sub(r"^@!?U?P\w+\s+", "", x).split()[0] for _, x in body]
+        n_mma = sum(o.startswith(("HGMMA", "HMMA")) for o in ops)
+        if not n_mma:
+            continue
+        path = len(body)
+        for j, (b, x) in enumerate(body):
+            f = re.match(r"@!?P\d+\s+BRA\s+0x([0-9a-f]+)", x)
+            if f and int(f.group(1), 16) > b and int(f.group(1), 16) >= a - 0x100:
+                path = j + 1 + (i - idx[int(f.group(1), 16)] + 1)
+                break
+        out.append(dict(start=body[0][0], body=len(body), step_path=path, mma=n_mma,
+                        cp_async=sum(o.startswith("LDGSTS") for o in ops)))
+    return out
+
+
 def parse_params(items: list[str]) -> dict:
     """``name=value`` strings -> parameters (ints, true/false, else strings)."""
     params = {}
@@ -86,6 +128,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--param", action="append", default=[], help="name=value (int/bool/str)")
+    ap.add_argument("--sass", metavar="PATH", help="write the SASS there (one case) and list its MMA loops")
     a = ap.parse_args(argv)
     params = parse_params(a.param)
     for c in a.cases:
@@ -97,6 +140,13 @@ def main(argv=None):
         print(f"{case.name}: compiled in {dt:.1f}s regs={regs} spill_bytes={spills} shared={sass_info.shared} "
               f"G={meta['G']} R={meta['R']} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} "
               f"wgmma={'wgmma' in ptx} mma={'mma.sync' in ptx}")
+        if a.sass:
+            sass = sass_of(k)
+            with open(a.sass, "w") as f:
+                f.write(sass)
+            for lp in mma_loops(sass):
+                print(f"  loop @{lp['start']:#x}: body {lp['body']} instr, per-step path {lp['step_path']}, "
+                      f"MMA {lp['mma']}, cp.async {lp['cp_async']}")
 
 
 if __name__ == "__main__":
