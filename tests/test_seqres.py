@@ -257,6 +257,12 @@ def test_stream_k_auto_only_when_tiles_do_not_divide(M, D, R, BN, want):
     assert stream_k(True, M, D, R, 64, BN) and not stream_k(False, M, D, R, 64, BN)
 
 
+@pytest.mark.parametrize("bad", [dict(block_n="wide"), dict(stream_k="sometimes")])
+def test_bad_auto_parameters_name_the_valid_values(bad):
+    with pytest.raises(ValueError, match="auto"):
+        prepare_meta(load_case("smoke1"), n_sm=132, **bad)
+
+
 def test_flat_gemm_loop_needs_presplit_weights():
     with pytest.raises(ValueError, match="presplit_weights"):
         prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flat", presplit_weights=False)

@@ -201,6 +201,10 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
         bq //= 2
     bk = _block(o["block_k"], D)
+    if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
+        raise ValueError(f"seqres: block_n={o['block_n']!r}: a tile width (e.g. 64, 128) or auto")
+    if o["stream_k"] not in (True, False, "auto"):
+        raise ValueError(f"seqres: stream_k={o['stream_k']!r}: true, false or auto")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
