@@ -56,6 +56,10 @@ SWEEP = {
     "tiled": dict(gemm_loop="tiled", presplit_rows=3, attn_fill=False),  # session 2's defaults (f0e62a3)
     "nofill": dict(attn_fill=False),
     "bnw128": dict(block_n_wide=128),
+    "gp": dict(gelu="poly"),
+    "gp_bnw128": dict(gelu="poly", block_n_wide=128),
+    "gp_bq64": dict(gelu="poly", attn_fill=False),
+    "gp_bn64": dict(gelu="poly", block_n=64),
     "sk": dict(stream_k=True),
     "ska": dict(stream_k="auto"),
     "ska_as": dict(stream_k="auto", attn_presplit=True),

@@ -117,6 +117,14 @@ def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
     return _block(128 if steps >= 2 * R else 64, 4 * D)
 
 
+def _gelu_mode(name: str) -> int:
+    """GELU of FFN1 in the flat loop: 1 = libdevice erf (``gelu_erf``), 2 = polynomial erf (``gelu_erf_poly``)."""
+    modes = {"libdevice": 1, "poly": 2}
+    if name not in modes:
+        raise ValueError(f"seqres: gelu={name!r} not in {sorted(modes)}")
+    return modes[name]
+
+
 def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     """Whether oproj and FFN2 (N = D) share their (tile, K step) pairs over the group's R programs: ``want``
     true/false, or "auto": only when their [BM, BN] tiles do not divide evenly over the R programs (otherwise
@@ -219,7 +227,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNQ=wide_block_n(o["block_n_wide"], bn, M, 3 * D, R, bm),
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
-        AS=bool(o["attn_presplit"]) and bool(flat),
+        AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
