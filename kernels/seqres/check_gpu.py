@@ -56,6 +56,11 @@ SWEEP = {
     "tiled": dict(gemm_loop="tiled", presplit_rows=3, attn_fill=False),  # session 2's defaults (f0e62a3)
     "nofill": dict(attn_fill=False),
     "bnw128": dict(block_n_wide=128),
+    "ast1": dict(attn_stages=1),
+    "ast2": dict(attn_stages=2),
+    "bk64_n64_s2": dict(block_k=64, block_n=64, block_n_wide=64, num_stages=2, attn_stages=1),
+    "bk64_n64_s3": dict(block_k=64, block_n=64, block_n_wide=64, num_stages=3, attn_stages=1),
+    "bk64_n64_s2_ast2": dict(block_k=64, block_n=64, block_n_wide=64, num_stages=2, attn_stages=2),
     "gp": dict(gelu="poly"),
     "gp_bnw128": dict(gelu="poly", block_n_wide=128),
     "gp_bq64": dict(gelu="poly", attn_fill=False),
