@@ -83,8 +83,9 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
          gelu="poly", attn_stages=1),
+    dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit"])
+        "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -330,10 +331,20 @@ def _flat_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: t
                        BM, BN, BK, "", 2, SK)
 
 
+@triton.jit
+def _nested_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
+                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr, RANK: tl.constexpr):
+    """As ``_flat_phase_kernel`` with gemm_loop nested, one program per launch (the rank a constexpr: the
+    interpreter cannot loop to bounds derived from a program id)."""
+    _linear_phase_flat(ahi, alo, w, b, y, y, y, 0, RANK, M, N, K, False, True, 0, "ieee", 2, R, BM, BN, BK, "", 2,
+                       SK, 0, True)
+
+
 @pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
+@pytest.mark.parametrize("nest", [False], ids=["flat"])
 @pytest.mark.parametrize("M,R,sk", [(48, 5, True), (40, 7, True), (48, 5, False), (40, 3, False)],
                          ids=["even-streamk", "ragged-streamk", "even-tiles", "ragged-tiles"])
-def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
+def test_flat_residual_phase_shares_work_over_programs(M, R, sk, nest):
     """Stream-K: R programs split 6 tiles x 4 K steps unevenly, so tiles are cut between programs and
     their pieces are added with atomics (the piece with K step 0 adding the bias); whole-tile shares
     (stream_k off) as the megakernel runs them. Every output element must equal y + a @ w + b once."""
@@ -346,7 +357,11 @@ def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
     whi, wlo = (t.float() for t in split_hi_lo(w))
     wsplit = torch.stack([whi, wlo], dim=1).reshape(2 * K, N).contiguous()
     y = y0.clone()
-    _flat_phase_kernel[(R,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk)
+    if nest:
+        for rank in range(R):
+            _nested_phase_kernel[(1,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk, rank)
+    else:
+        _flat_phase_kernel[(R,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk)
     d = lambda t: t.double()  # noqa: E731
     ref = d(y0) + d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
     err = (d(y) - ref).abs().max().item()

@@ -56,6 +56,10 @@ SWEEP = {
     "tiled": dict(gemm_loop="tiled", presplit_rows=3, attn_fill=False),  # session 2's defaults (f0e62a3)
     "nofill": dict(attn_fill=False),
     "bnw128": dict(block_n_wide=128),
+    "nest": dict(gemm_loop="nested"),
+    "nest_n64": dict(gemm_loop="nested", block_n=64, block_n_wide=64),
+    "nest_n64w128": dict(gemm_loop="nested", block_n=64),
+    "nest_n64_s4": dict(gemm_loop="nested", block_n=64, block_n_wide=64, num_stages=4),
     "ast1": dict(attn_stages=1),
     "ast2": dict(attn_stages=2),
     "bk64_n64_s2": dict(block_k=64, block_n=64, block_n_wide=64, num_stages=2, attn_stages=1),

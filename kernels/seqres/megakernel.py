@@ -419,6 +419,115 @@ def _load_tile(ptrs, mask, CM: tl.constexpr):
 
 
 @triton.jit
+def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
+                   M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                   BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr):
+    """The pre-split operands of K step kk of tile (tm, tn): A hi/lo [BM, BK] and W hi, lo, hi [BK, BN] (the
+    second hi is the first when WROWS == 2). Scalar base + loop-invariant offsets; masks unless EVEN."""
+    a_base = (row0 + tm * BM) * K + kk * BK
+    w_base = kk * (BK * WROWS * N) + tn * BN
+    if EVEN:
+        a_hi = tl.load(ahi_ptr + a_base + a_offs, cache_modifier=CM)
+        a_lo = tl.load(alo_ptr + a_base + a_offs, cache_modifier=CM)
+        w_hi = tl.load(w_ptr + w_base + w_offs)
+        w_lo = tl.load(w_ptr + w_base + N + w_offs)
+        if WROWS == 3:
+            w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs)
+        else:
+            w_hi2 = w_hi
+    else:
+        mask_m = (tm * BM + tl.arange(0, BM)) < M
+        mask_k = (kk * BK + tl.arange(0, BK)) < K
+        mask_n = (tn * BN + tl.arange(0, BN)) < N
+        amask = mask_m[:, None] & mask_k[None, :]
+        wmask = mask_k[:, None] & mask_n[None, :]
+        a_hi = tl.load(ahi_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
+        a_lo = tl.load(alo_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
+        w_hi = tl.load(w_ptr + w_base + w_offs, mask=wmask, other=0.0)
+        w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
+        if WROWS == 3:
+            w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs, mask=wmask, other=0.0)
+        else:
+            w_hi2 = w_hi
+    return a_hi, a_lo, w_hi, w_lo, w_hi2
+
+
+@triton.jit
+def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole,
+                   M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                   GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr, PRESPLIT: tl.constexpr,
+                   CM: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr):
+    """Finish tile (tm, tn) from its accumulator: bias, GELU (1: libdevice erf, 2: polynomial erf), residual,
+    store or split store. STREAM_K: ``acc`` may be a piece of the tile (``whole`` false), added into o with
+    atomics; the piece holding K step 0 (``first``) adds the bias."""
+    offs_n = tn * BN + tl.arange(0, BN)
+    # per tile, not hoisted; LDO: the output's row stride when it is not N
+    optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * (N if LDO == 0 else LDO) + offs_n[None, :]
+    if EVEN:
+        bias = tl.load(b_ptr + offs_n)
+        omask = None
+    else:
+        mask_n = offs_n < N
+        bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
+        omask = ((tm * BM + tl.arange(0, BM)) < M)[:, None] & mask_n[None, :]
+    if STREAM_K:
+        tl.static_assert(RESID and not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
+        acc += tl.where(first, bias, 0.0)[None, :]
+        if whole:
+            acc += _load_tile(r_ptr + optrs, omask, CM)
+            tl.store(o_ptr + optrs, acc, mask=omask)
+        else:
+            tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
+    else:
+        acc += bias[None, :]
+        if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
+            acc = gelu_erf_poly(acc, PRESPLIT == 1)
+        elif GELU:
+            acc = gelu_erf(acc)
+        if RESID:
+            acc += _load_tile(r_ptr + optrs, omask, CM)
+        _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
+
+
+@triton.jit
+def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs, w_offs,
+                 M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                 GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
+                 PREC: tl.constexpr, PRESPLIT: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
+                 WROWS: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr,
+                 WHOLE: tl.constexpr):
+    """K steps [k_first, k_end) of tile t (``gemm_loop: nested``; WHOLE: all KT steps, constexpr bounds) with the
+    three bf16x3 terms in three accumulators, then the tile's epilogue."""
+    NT_N: tl.constexpr = (N + BN - 1) // BN
+    KT: tl.constexpr = (K + BK - 1) // BK
+    tm = t // NT_N
+    tn = t - tm * NT_N
+    acc_lh = tl.zeros((BM, BN), tl.float32)  # a_lo w_hi
+    acc_hl = tl.zeros((BM, BN), tl.float32)  # a_hi w_lo
+    acc_hh = tl.zeros((BM, BN), tl.float32)  # a_hi w_hi
+    if WHOLE:
+        for kk in range(0, KT):
+            a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
+                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
+            acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
+            acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
+            acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
+        _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True,
+                       M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, STREAM_K)
+    else:
+        for kk in range(k_first, k_end):
+            a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
+                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
+            acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
+            acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
+            acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
+        _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
+                       (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
+                       LDO, STREAM_K)
+
+
+@triton.jit
 def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf16, or fp32-held: PRESPLIT 2)
                        w_ptr,             # [WROWS*K, N] presplit weight, rows hi, lo(, hi) of row k
                        b_ptr, r_ptr,      # [N] bias; [*, N] residual (RESID; may alias o_ptr)
@@ -428,19 +537,23 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-                       WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0):
-    """o = epilogue(a @ w + b) with ONE loop over the (tile, K step) pairs of this program's share, so the
-    software pipeliner prefetches the next tile's first K steps while the current tile finishes (a short K
-    loop per tile pays its load latency once per tile instead). A comes pre-split (LayerNorm applied by
-    ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per step as in ``_k_step``'s
-    presplit path. The epilogue (bias, GELU, residual, store or split store) runs on a tile's last K step.
+                       WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
+                       NEST: tl.constexpr = False):
+    """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
+    (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
+    step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
 
     Share: a contiguous run of whole tiles per program, or with STREAM_K (residual GEMMs only: o = r += a @ w
-    + b) an equal share of the phase's (tile, K step) pairs, so a tile may be cut between programs; the
-    pieces of a cut tile are added to o with atomics (the piece holding K step 0 adds the bias), whole tiles
-    as usual. Addressing: a scalar base per step plus loop-invariant offset tiles; masks only where the
-    shape does not divide into tiles. Steps past the program's share (the last one, when R does not divide
-    the work) load the last valid step again and store nothing."""
+    + b) an equal share of the pairs, so a tile may be cut between programs; the pieces of a cut tile are
+    added to o with atomics (the piece holding K step 0 adds the bias), whole tiles as usual.
+
+    Loop: NEST false — ONE loop over the pairs, so the software pipeliner prefetches the next tile's first K
+    steps while the current tile finishes; the epilogue runs on a tile's last step (in the loop). Steps past
+    the program's share (the last one, when R does not divide the work) load the last valid step again and
+    store nothing. Triton waits for each dot before the next (one shared accumulator). NEST true — a loop
+    over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
+    flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
+    tile and 3x the accumulator registers (docs/seqres.md)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     KT: tl.constexpr = (K + BK - 1) // BK
@@ -448,7 +561,6 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     TPP: tl.constexpr = (NT + R - 1) // R
     EVEN: tl.constexpr = (M % BM == 0) and (N % BN == 0) and (K % BK == 0)
     if STREAM_K:
-        tl.static_assert(RESID and not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
         ITERS: tl.constexpr = (T + R - 1) // R
         start = rank * T // R
         end = (rank + 1) * T // R
@@ -458,75 +570,53 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         end = start + TPP * KT
     a_offs = tl.arange(0, BM)[:, None] * K + tl.arange(0, BK)[None, :]               # [BM, BK]
     w_offs = tl.arange(0, BK)[:, None] * (WROWS * N) + tl.arange(0, BN)[None, :]     # [BK, BN], hi rows
-    acc = tl.zeros((BM, BN), tl.float32)
-    for i in range(0, ITERS):
-        g = start + i
-        valid = (g < end) & (g < T)
-        gc = tl.minimum(g, T - 1)
-        t = gc // KT
-        kk = gc - t * KT
-        tm = t // NT_N
-        tn = t - tm * NT_N
-        a_base = (row0 + tm * BM) * K + kk * BK
-        w_base = kk * (BK * WROWS * N) + tn * BN
-        if EVEN:
-            a_hi = tl.load(ahi_ptr + a_base + a_offs, cache_modifier=CM)
-            a_lo = tl.load(alo_ptr + a_base + a_offs, cache_modifier=CM)
-            w_hi = tl.load(w_ptr + w_base + w_offs)
-            w_lo = tl.load(w_ptr + w_base + N + w_offs)
-            if WROWS == 3:
-                w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs)
-            else:
-                w_hi2 = w_hi
+    if NEST:
+        if R == 1:  # the whole phase with constexpr bounds (the interpreter cannot loop to a runtime bound)
+            for t in range(0, NT):
+                _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, 0, KT, a_offs, w_offs,
+                             M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
+                             STREAM_K, True)
         else:
-            mask_m = (tm * BM + tl.arange(0, BM)) < M
-            mask_k = (kk * BK + tl.arange(0, BK)) < K
-            mask_n = (tn * BN + tl.arange(0, BN)) < N
-            amask = mask_m[:, None] & mask_k[None, :]
-            wmask = mask_k[:, None] & mask_n[None, :]
-            a_hi = tl.load(ahi_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
-            a_lo = tl.load(alo_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
-            w_hi = tl.load(w_ptr + w_base + w_offs, mask=wmask, other=0.0)
-            w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
-            if WROWS == 3:
-                w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs, mask=wmask, other=0.0)
-            else:
-                w_hi2 = w_hi
-        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
-        last = kk == KT - 1
-        if STREAM_K:
-            last = last | (g == end - 1)
-        if valid & last:
-            offs_n = tn * BN + tl.arange(0, BN)
-            # per tile, not hoisted; LDO: the output's row stride when it is not N
-            optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * (N if LDO == 0 else LDO) + offs_n[None, :]
-            if EVEN:
-                bias = tl.load(b_ptr + offs_n)
-                omask = None
-            else:
-                mask_n = offs_n < N
-                bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
-                omask = ((tm * BM + tl.arange(0, BM)) < M)[:, None] & mask_n[None, :]
             if STREAM_K:
-                ts = t * KT
-                acc += tl.where(ts >= start, bias, 0.0)[None, :]  # the piece with K step 0 adds the bias
-                if (ts >= start) & (ts + KT <= end):               # the whole tile is this program's
-                    acc += _load_tile(r_ptr + optrs, omask, CM)
-                    tl.store(o_ptr + optrs, acc, mask=omask)
-                else:
-                    tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
+                t_first = start // KT
+                t_end = (end + KT - 1) // KT
             else:
-                acc += bias[None, :]
-                if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
-                    acc = gelu_erf_poly(acc, PRESPLIT == 1)
-                elif GELU:
-                    acc = gelu_erf(acc)
-                if RESID:
-                    acc += _load_tile(r_ptr + optrs, omask, CM)
-                _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
-            acc = tl.zeros((BM, BN), tl.float32)
+                t_first = rank * TPP
+                t_end = tl.minimum(t_first + TPP, NT)
+            for t in range(t_first, t_end):
+                if STREAM_K:
+                    k_first = tl.maximum(start - t * KT, 0)
+                    k_end = tl.minimum(end - t * KT, KT)
+                else:
+                    k_first = 0
+                    k_end = KT
+                _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs,
+                             w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
+                             STREAM_K, not STREAM_K)
+    else:
+        acc = tl.zeros((BM, BN), tl.float32)
+        for i in range(0, ITERS):
+            g = start + i
+            valid = (g < end) & (g < T)
+            gc = tl.minimum(g, T - 1)
+            t = gc // KT
+            kk = gc - t * KT
+            tm = t // NT_N
+            tn = t - tm * NT_N
+            a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
+                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
+            acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+            acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+            acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+            last = kk == KT - 1
+            if STREAM_K:
+                last = last | (g == end - 1)
+            if valid & last:
+                ts = t * KT
+                _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
+                               (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
+                               CM, EVEN, LDO, STREAM_K)
+                acc = tl.zeros((BM, BN), tl.float32)
 
 
 @triton.jit
@@ -540,7 +630,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
-                AST: tl.constexpr):
+                AST: tl.constexpr, NEST: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -554,11 +644,11 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS)
+                           BM, BNQ, BK, CM, WROWS, False, 0, NEST)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
@@ -568,17 +658,18 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK)
+                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0, NEST)
     _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                        fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                       BM, BNF, BK, CM, WROWS)
+                       BM, BNF, BK, CM, WROWS, False, 0, NEST)
     _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK)
+                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
+                       NEST)
     _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
@@ -615,7 +706,7 @@ def _seqres_fwd(
     BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
-    SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr,
+    SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -645,7 +736,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
