@@ -331,20 +331,10 @@ def _flat_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: t
                        BM, BN, BK, "", 2, SK)
 
 
-@triton.jit
-def _nested_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
-                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr, RANK: tl.constexpr):
-    """As ``_flat_phase_kernel`` with gemm_loop nested, one program per launch (the rank a constexpr: the
-    interpreter cannot loop to bounds derived from a program id)."""
-    _linear_phase_flat(ahi, alo, w, b, y, y, y, 0, RANK, M, N, K, False, True, 0, "ieee", 2, R, BM, BN, BK, "", 2,
-                       SK, 0, True)
-
-
 @pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
-@pytest.mark.parametrize("nest", [False], ids=["flat"])
 @pytest.mark.parametrize("M,R,sk", [(48, 5, True), (40, 7, True), (48, 5, False), (40, 3, False)],
                          ids=["even-streamk", "ragged-streamk", "even-tiles", "ragged-tiles"])
-def test_flat_residual_phase_shares_work_over_programs(M, R, sk, nest):
+def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
     """Stream-K: R programs split 6 tiles x 4 K steps unevenly, so tiles are cut between programs and
     their pieces are added with atomics (the piece with K step 0 adding the bias); whole-tile shares
     (stream_k off) as the megakernel runs them. Every output element must equal y + a @ w + b once."""
@@ -357,11 +347,7 @@ def test_flat_residual_phase_shares_work_over_programs(M, R, sk, nest):
     whi, wlo = (t.float() for t in split_hi_lo(w))
     wsplit = torch.stack([whi, wlo], dim=1).reshape(2 * K, N).contiguous()
     y = y0.clone()
-    if nest:
-        for rank in range(R):
-            _nested_phase_kernel[(1,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk, rank)
-    else:
-        _flat_phase_kernel[(R,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk)
+    _flat_phase_kernel[(R,)](ahi, alo, wsplit, b, y, M, N, K, R, 16, 16, 16, sk)
     d = lambda t: t.double()  # noqa: E731
     ref = d(y0) + d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
     err = (d(y) - ref).abs().max().item()
