@@ -84,10 +84,8 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
          gelu="poly", attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
-    dict(nested_phases="qkv,ffn2", block_n=16, block_k=16),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "nested-qkv-ffn2"])
+        "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -259,16 +257,6 @@ def test_stream_k_auto_only_when_tiles_do_not_divide(M, D, R, BN, want):
     from kernels.seqres.host import stream_k
     assert stream_k("auto", M, D, R, 64, BN) is want
     assert stream_k(True, M, D, R, 64, BN) and not stream_k(False, M, D, R, 64, BN)
-
-
-def test_nested_phases_mask():
-    from kernels.seqres.host import nested_phases
-    assert nested_phases("nested", "") == 15 and nested_phases("flat", "") == 0
-    assert nested_phases("flat", "qkv, ffn2") == 9
-    with pytest.raises(ValueError, match="ffn3"):
-        nested_phases("flat", "ffn3")
-    with pytest.raises(ValueError, match="gemm_loop=flat"):
-        nested_phases("tiled", "qkv")
 
 
 @pytest.mark.parametrize("bad", [dict(block_n="wide"), dict(stream_k="sometimes")])

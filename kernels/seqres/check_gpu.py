@@ -56,10 +56,6 @@ SWEEP = {
     "tiled": dict(gemm_loop="tiled", presplit_rows=3, attn_fill=False),  # session 2's defaults (f0e62a3)
     "nofill": dict(attn_fill=False),
     "bnw128": dict(block_n_wide=128),
-    "np_qkv": dict(nested_phases="qkv"),
-    "np_qkv_ffn1": dict(nested_phases="qkv,ffn1"),
-    "np_ffn2": dict(nested_phases="ffn2"),
-    "np_qkv_ffn2": dict(nested_phases="qkv,ffn2"),
     "nest": dict(gemm_loop="nested"),
     "nest_n64": dict(gemm_loop="nested", block_n=64, block_n_wide=64),
     "nest_n64w128": dict(gemm_loop="nested", block_n=64),

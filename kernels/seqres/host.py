@@ -117,23 +117,6 @@ def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
     return _block(128 if steps >= 2 * R else 64, 4 * D)
 
 
-NEST_BITS = {"qkv": 1, "oproj": 2, "ffn1": 4, "ffn2": 8}
-
-
-def nested_phases(gemm_loop: str, phases: str) -> int:
-    """Bit mask of the GEMM phases that run the nested loop: every phase with ``gemm_loop: nested``, else the
-    comma-separated names in ``phases`` (qkv, oproj, ffn1, ffn2; empty: none) within ``gemm_loop: flat``."""
-    if gemm_loop == "nested":
-        return 15
-    names = [n.strip() for n in str(phases or "").split(",") if n.strip()]
-    bad = [n for n in names if n not in NEST_BITS]
-    if bad:
-        raise ValueError(f"seqres: nested_phases {bad} not in {sorted(NEST_BITS)}")
-    if names and gemm_loop != "flat":
-        raise ValueError("seqres: nested_phases needs gemm_loop=flat (the nested loop uses its pre-split operands)")
-    return sum(NEST_BITS[n] for n in set(names))
-
-
 def _gelu_mode(name: str) -> int:
     """GELU of FFN1 in the flat loop: 1 = libdevice erf (``gelu_erf``), 2 = polynomial erf (``gelu_erf_poly``)."""
     modes = {"libdevice": 1, "poly": 2}
@@ -245,7 +228,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
-        AST=int(o["attn_stages"]), NEST=nested_phases(o["gemm_loop"], o["nested_phases"]),
+        AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
