@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
                                  layernorm_stats_chunked, split_bf16)
 
 LN_EPS = tl.constexpr(1e-5)
@@ -286,15 +286,6 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
 
 
 @triton.jit
-def _dot3(a_hi, a_lo, b_hi, b_lo, PREC: tl.constexpr):
-    """a @ b from hi/lo parts, bf16x3 (smallest terms first)."""
-    acc = tl.dot(a_lo, b_hi, input_precision=PREC)
-    acc = tl.dot(a_hi, b_lo, acc, input_precision=PREC)
-    acc = tl.dot(a_hi, b_hi, acc, input_precision=PREC)
-    return acc
-
-
-@triton.jit
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
                      PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
@@ -315,7 +306,8 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
     if QS:
         kt_lo = tl.load(qlo_ptr + k_offs, mask=k_mask, other=0.0, cache_modifier=CM)
         v_lo = tl.load(qlo_ptr + v_offs, mask=v_mask, other=0.0, cache_modifier=CM)
-        s = _dot3(q, q_lo, kt, kt_lo, PREC) * qk_scale                                        # [BQ, BKV]
+        s = dot_split(q, q_lo, kt, kt_lo, tl.zeros((q.shape[0], BKV), tl.float32), True, True,
+                      PREC) * qk_scale
     else:
         s = tl.dot(q, kt, input_precision=PREC)
     valid = mask_k[None, :]
@@ -328,7 +320,7 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if QS:
         p_hi, p_lo = split_bf16(p, QS == 1)
-        acc = acc * alpha[:, None] + _dot3(p_hi, p_lo, v, v_lo, PREC)
+        acc = acc * alpha[:, None] + dot_split(p_hi, p_lo, v, v_lo, tl.zeros_like(acc), True, True, PREC)
     else:
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
     return m_new, l_i, acc
@@ -490,6 +482,19 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
 
 
 @triton.jit
+def _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
+                 M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                 BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr, PREC: tl.constexpr):
+    """K step kk of tile (tm, tn) into three accumulators, one per bf16x3 term (``gemm_loop: nested``)."""
+    a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
+                                                   M, N, K, BM, BN, BK, CM, WROWS, EVEN)
+    acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
+    acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
+    acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
+    return acc_lh, acc_hl, acc_hh
+
+
+@triton.jit
 def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs, w_offs,
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr,
@@ -508,20 +513,14 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
     acc_hh = tl.zeros((BM, BN), tl.float32)  # a_hi w_hi
     if WHOLE:
         for kk in range(0, KT):
-            a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
-                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
-            acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
-            acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
-            acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
+            acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
+                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True,
                        M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, STREAM_K)
     else:
         for kk in range(k_first, k_end):
-            a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
-                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
-            acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
-            acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
-            acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
+            acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
+                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
                        (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
                        LDO, STREAM_K)
