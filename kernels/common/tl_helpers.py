@@ -140,27 +140,59 @@ def layernorm_stats_chunked(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BL
 
 
 @triton.jit
-def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr, BLOCK_R: tl.constexpr):
+def ld_acquire(ptrs):
+    """``ld.acquire.gpu`` of int32 values (GPU only: inline PTX). A poll that reads, where an atomic would
+    read-modify-write the line at L2 (the pollers of one flag then queue behind each other)."""
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _poll(ptrs, mask, LD: tl.constexpr):
+    """Acquire-read ``ptrs`` where ``mask``: ld.acquire (LD) or an atomic add of 0 (the interpreter's way)."""
+    if LD:
+        v = ld_acquire(ptrs)  # every lane's address is allocated (a row of BLOCK_R flags); callers mask the values
+    else:
+        v = tl.atomic_add(ptrs, 0, mask=mask, sem="acquire", scope="gpu")
+    return v
+
+
+@triton.jit
+def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr, BLOCK_R: tl.constexpr,
+                  MODE: tl.constexpr = 1):
     """Barrier of the R co-resident CTAs that share ``flags_ptr[0:R]`` (int32, monotonic). (seqres)
 
-    This CTA publishes ``target`` on its own flag (release) and spins until every flag of the group
-    is >= ``target`` (acquire). Flags only grow, so one row of flags serves every barrier of every
-    launch when the host passes increasing targets. Every CTA of the group must be resident (the
-    caller checks grid <= co-resident CTAs); under TRITON_INTERPRET programs run one after another,
-    so only R == 1 is valid there. The spin is bounded by ``spin_limit`` polls (a runtime value, so
-    debug and timed runs share one binary): on timeout the barrier writes ``target`` (the flag value it
-    waited for) to ``err_ptr`` and goes on, so a broken schedule reports instead of hanging."""
+    MODE 1 (flags, atomic polls) and 2 (flags, ``ld.acquire`` polls): this CTA publishes ``target`` on its
+    own flag (release) and spins until every flag of the group is >= ``target`` (acquire). MODE 3 (counter,
+    ``ld.acquire`` polls) and 4 (counter, atomic polls): this CTA adds 1 to the group's counter
+    ``flags_ptr[0]`` (release) and spins until it reaches ``target * R`` (acquire), one address to poll.
+    Flags and the counter only grow, so one row serves every barrier of every launch when the host passes
+    increasing targets. Every CTA of the group must be resident (the caller checks grid <= co-resident
+    CTAs); under TRITON_INTERPRET programs run one after another, so only R == 1 is valid there. The spin
+    is bounded by ``spin_limit`` polls (a runtime value, so debug and timed runs share one binary): on
+    timeout the barrier writes ``target`` (the barrier it waited at) to ``err_ptr`` and goes on, so a
+    broken schedule reports instead of hanging."""
     tl.debug_barrier()
-    tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")
-    offs = tl.arange(0, BLOCK_R)
-    mask = offs < R
-    seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire", scope="gpu"),
-                           target), axis=0)
-    tries = 0
-    while (seen < target) & (tries < spin_limit):
-        seen = tl.min(tl.where(mask, tl.atomic_add(flags_ptr + offs, 0, mask=mask, sem="acquire", scope="gpu"),
-                               target), axis=0)
-        tries += 1
-    if seen < target:
-        tl.atomic_xchg(err_ptr, target)
+    if MODE >= 3:
+        tl.atomic_add(flags_ptr, 1, sem="release", scope="gpu")
+        goal = target * R
+        one = tl.arange(0, 1)
+        seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
+        tries = 0
+        while (seen < goal) & (tries < spin_limit):
+            seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
+            tries += 1
+        if seen < goal:
+            tl.atomic_xchg(err_ptr, target)
+    else:
+        tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")
+        offs = tl.arange(0, BLOCK_R)
+        mask = offs < R
+        seen = tl.min(tl.where(mask, _poll(flags_ptr + offs, mask, MODE == 2), target), axis=0)
+        tries = 0
+        while (seen < target) & (tries < spin_limit):
+            seen = tl.min(tl.where(mask, _poll(flags_ptr + offs, mask, MODE == 2), target), axis=0)
+            tries += 1
+        if seen < target:
+            tl.atomic_xchg(err_ptr, target)
     tl.debug_barrier()

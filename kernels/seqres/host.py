@@ -134,6 +134,20 @@ def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     return (-(-M // BM) * -(-D // BN)) % R != 0
 
 
+_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3}
+
+
+def _barrier_mode(name: str, interpret: bool) -> int:
+    """group_barrier's MODE for ``barrier``: 1 flags polled with atomics, 2 flags polled with ld.acquire, 3 one
+    counter polled with ld.acquire; the interpreter has no inline PTX, so it polls with atomics (2 -> 1, 3 -> 4)."""
+    if name not in _BARRIERS:
+        raise ValueError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
+    mode = _BARRIERS[name]
+    if interpret:
+        mode = {2: 1, 3: 4}.get(mode, mode)
+    return mode
+
+
 def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | None = None,
                  **params) -> tuple[dict, dict, dict]:
     """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
@@ -218,7 +232,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
-        R=R, BLOCK_R=_pow2(R), FLAGS=bool(R > 1 or o["flag_barrier"]),
+        R=R, BLOCK_R=_pow2(R), FLAGS=_barrier_mode(o["barrier"], interpret) if (R > 1 or o["flag_barrier"]) else 0,
         BM=bm, BN=bn, BK=bk,
         BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1), CM=".cg" if R > 1 else "",
@@ -403,7 +417,9 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
     c = p.case
     if x.shape != (c.B, c.S, c.D) or x.dtype != torch.float32 or not x.is_contiguous():
         raise ValueError(f"seqres: x must be contiguous fp32 {(c.B, c.S, c.D)}, got {x.dtype} {tuple(x.shape)}")
-    if p.epoch + p.barriers_per_launch >= _EPOCH_LIMIT:
+    # counter barriers count R per barrier: the counter reaches epoch * R
+    limit = _EPOCH_LIMIT // (p.meta["BLOCK_R"] if p.meta["FLAGS"] >= 3 else 1)
+    if p.epoch + p.barriers_per_launch >= limit:
         p.flags.zero_()
         p.epoch = 0
     y = torch.empty_like(x)
@@ -411,7 +427,7 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
     if p.spin_limit > 0:
         bad = int(p.err.item())
         if bad:
-            raise RuntimeError(f"seqres: a flag barrier timed out waiting for flag value {bad} "
+            raise RuntimeError(f"seqres: a group barrier timed out at barrier {bad} "
                                f"(epoch {p.epoch - p.barriers_per_launch})")
     return y
 

@@ -50,7 +50,7 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
     if TRACE:
         tl.store(trace_ptr + 2 * target, _now(rank))
     if FLAGS:
-        group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R, BLOCK_R)
+        group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R, BLOCK_R, FLAGS)
     else:
         tl.debug_barrier()
     if TRACE:
