@@ -62,6 +62,7 @@ SWEEP = {
     "nest_n64_s4_ast1": dict(gemm_loop="nested", block_n=64, block_n_wide=64, num_stages=4, attn_stages=1),
     "nest_n64_ast1": dict(gemm_loop="nested", block_n=64, block_n_wide=64, attn_stages=1),
     "ast1": dict(attn_stages=1),
+    "lnb32": dict(block_m_ln=32),
     "bar_atomic": dict(barrier="flags_atomic"),
     "bar_counter": dict(barrier="counter"),
     "terms": dict(gemm_loop="terms"),
