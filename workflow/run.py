@@ -8,6 +8,7 @@ work with a message naming the valid choices, and writes nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 import traceback
@@ -84,6 +85,9 @@ def run_job(cfg: DictConfig) -> dict:
         t_prep = time.time()
         prepared = variant.prepare(case, weights, **params)
         rec["prepare_s"] = time.time() - t_prep
+        info = getattr(getattr(prepared, "inner", prepared), "info", None)
+        if isinstance(info, dict):  # e.g. the autotuned choice of seqres (its candidates, times, pick)
+            rec["prepare_info"] = json.loads(json.dumps(info, default=str))
         ctx = JobContext(cfg, case, weights, variant, cfg.variant.impl, prepared, device)
         if cfg.stage == "correctness":
             body = correctness.job(ctx)

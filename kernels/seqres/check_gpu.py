@@ -26,7 +26,7 @@ from ..gate import gate
 from ..reference import reference_forward
 from ..registry import get_variant
 from ..weights import make_input, make_weights
-from .host import launch
+from .host import launch, prepare_one
 
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 SEEDS = (0, 1)
@@ -62,6 +62,7 @@ SWEEP = {
     "nest_n64_s4_ast1": dict(gemm_loop="nested", block_n=64, block_n_wide=64, num_stages=4, attn_stages=1),
     "nest_n64_ast1": dict(gemm_loop="nested", block_n=64, block_n_wide=64, attn_stages=1),
     "ast1": dict(attn_stages=1),
+    "untuned": dict(),  # the yaml defaults without autotuning (the "default" row tunes)
     "lnb32": dict(block_m_ln=32),
     "bar_atomic": dict(barrier="flags_atomic"),
     "bar_counter": dict(barrier="counter"),
@@ -133,10 +134,11 @@ SWEEP = {
 
 
 def _resolve(over: dict, case, base: dict) -> dict:
-    """The full parameter set of a SWEEP entry for ``case``."""
+    """The full parameter set of a SWEEP entry for ``case``: the yaml defaults without autotuning (an entry
+    is one configuration) unless the entry names ``tune``, then its overrides."""
     if over.get("fast_layers") == -1:  # every layer (and attention) in plain tf32
         over = dict(over, fast_layers=case.L, prec_attn="tf32")
-    return dict(base, **over)
+    return {**base, "tune": [], **over}
 
 
 def _compile_job(n: int, params: dict) -> str:
@@ -144,11 +146,16 @@ def _compile_job(n: int, params: dict) -> str:
     try:
         case = load_case(n)
         w = make_weights(case, device="cuda")
-        v = get_variant("seqres")
-        v.prepare(case, w, **params)  # prepare compiles on CUDA; spin_limit is a runtime argument: one binary
+        prepare_one(case, w, **params)  # compiles on CUDA; spin_limit is a runtime argument: one binary
         return ""
     except Exception as e:  # reported by the parent; check_one records it again
         return f"case {n} {params}: {e!r}"
+
+
+def tune_candidates(params: dict) -> list[dict]:
+    """The parameter sets ``prepare`` tries for ``params`` (just ``params`` when its ``tune`` is empty)."""
+    base = dict(params, tune=[])
+    return [base] + [dict(base, **c) for c in (params.get("tune") or [])]
 
 
 def yaml_params() -> dict:
@@ -163,6 +170,9 @@ def check_one(case, w, params: dict, spin_limit: int = 200_000, trace: bool = Fa
     t0 = time.time()
     p = v.prepare(case, w, **dict(params, spin_limit=spin_limit if params.get("split", 1) != 1 else 0))
     rec["info"] = {k: v_ for k, v_ in p.info.items() if k != "precisions"}
+    if "tune" in p.info:  # gate, time and trace the candidate prepare chose (a second prepare could choose another)
+        params = dict(params, **p.info["tune"]["chosen_params"], tune=[])
+        rec["params_effective"] = params
     x = make_input(case, 1.0, 0, device="cuda")
     k = launch(p, x, torch.empty_like(x))
     torch.cuda.synchronize()
@@ -243,6 +253,7 @@ def main(argv=None):
                                                       for nm in names for n in a.cases]
         if a.trace:
             jobs += [(n, dict(pr, trace=True)) for n, pr in jobs]
+        jobs = [(n, q) for n, pr in jobs for q in tune_candidates(pr)]
         t0 = time.time()
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(a.precompile) as pool:
@@ -299,6 +310,12 @@ def main(argv=None):
                          f"{rec['ms']:8.4f} {r['eager_sdpa_ms']:8.4f} {r['eager_sdpa_ms'] / rec['ms']:7.2f} "
                          f"{FASTEST_PEER_MS[n] / rec['ms']:7.2f} {rec['kernel']['n_regs']:>4} "
                          f"{rec['kernel']['n_spills']:>5}")
+    for n, r in results["cases"].items():
+        for name, rec in r["configs"].items():
+            t = rec.get("info", {}).get("tune")
+            if t:  # what prepare's autotuning chose, from which candidate times
+                lines.append(f"{n:>4} {name:>20} tune: chose {t['chosen']} {t['chosen_params']} of "
+                             + ", ".join(f"{i}:{ms:.4f}ms" for i, ms in enumerate(t["median_ms"])))
     for n, r in results["cases"].items():
         for name, rec in r["configs"].items():
             if "phase_profile" in rec:
