@@ -87,11 +87,9 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="terms", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
     dict(gemm_loop="terms", block_n=16, block_k=16, seqs_per_program=2, block_m_ln=8),
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
-    dict(copy_ln1=False, flag_barrier=True, spin_limit=10),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "terms-sk", "terms-G2", "counter-barrier",
-        "no-copy-ln1"])
+        "terms-sk", "terms-G2", "counter-barrier"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -128,26 +126,23 @@ def test_output_depends_on_input_and_is_fresh():
 @needs_backend
 def test_flag_epochs_match_barrier_count():
     """The flag protocol's bookkeeping: after each launch every program's flag holds the last barrier
-    target, which is the host's next epoch (7 L barriers per launch with the flat loops and copy_ln1, 1 + 7 L
-    without copy_ln1, 1 + 5 L with the tiled ones), so flags only grow and no reset launch is needed; near the
-    int32 limit the host zeroes them."""
+    target, which is the host's next epoch (1 + 7 L barriers per launch with the flat loops, 1 + 5 L with the
+    tiled ones), so flags only grow and no reset launch is needed; near the int32 limit the host zeroes them."""
     from kernels.seqres import host
     c = odd_case(False)
     dev = _device()
     w = make_weights(c, device=dev)
     v = get_variant("seqres")
     assert v.prepare(c, w, gemm_loop="tiled", presplit_rows=3).barriers_per_launch == 1 + 5 * c.L
-    assert v.prepare(c, w, gemm_loop="flat", copy_ln1=False).barriers_per_launch == 1 + 7 * c.L
-    for barrier in ("flags", "counter"):
-        p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10, barrier=barrier)
-        x = make_input(c, 1.0, 0, device=dev)
-        for n in (1, 2):
-            v.run(p, x)
-            assert p.epoch == n * 7 * c.L
-            assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
-        p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
+    p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10)
+    x = make_input(c, 1.0, 0, device=dev)
+    for n in (1, 2):
         v.run(p, x)
-        assert p.epoch == 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
+        assert p.epoch == n * (1 + 7 * c.L)
+        assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
+    v.run(p, x)
+    assert p.epoch == 1 + 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
 
 
 def test_unsupported_shapes_raise():

@@ -64,7 +64,6 @@ SWEEP = {
     "ast1": dict(attn_stages=1),
     "untuned": dict(),  # the yaml defaults without autotuning (the "default" row tunes)
     "lnb32": dict(block_m_ln=32),
-    "nocl": dict(copy_ln1=False),
     "bar_atomic": dict(barrier="flags_atomic"),
     "bar_counter": dict(barrier="counter"),
     "terms": dict(gemm_loop="terms"),

@@ -56,8 +56,7 @@ class SeqresPrepared:
 
     @property
     def barriers_per_launch(self) -> int:
-        # copy_ln1: the copy phase's barrier doubles as layer 0's LN1 barrier
-        return (0 if self.meta["FLAT"] and self.meta["CL"] else 1) + _barriers_per_layer(self.meta) * self.case.L
+        return 1 + _barriers_per_layer(self.meta) * self.case.L
 
 
 def _barriers_per_layer(meta: dict) -> int:
@@ -245,7 +244,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST={"nested": 1, "terms": 2}.get(o["gemm_loop"], 0),
-        CL=bool(o["copy_ln1"]) and bool(flat),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -518,11 +516,10 @@ def phase_profile(p: SeqresPrepared) -> dict:
     t0 = t[:, 0].min()
     arr, dep = t[:, 1:-1:2], t[:, 2:-1:2]
     names = PHASES_FLAT if p.meta["FLAT"] else PHASES_TILED
-    shift = 0 if p.meta["FLAT"] and p.meta["CL"] else 1  # copy_ln1: barrier 0 ends copy + layer 0's ln1
     work = {"copy": float((arr[:, 0] - t[:, 0]).mean()) / 1e3}
     wait = {"copy": float((dep[:, 0] - arr[:, 0]).mean()) / 1e3}
     for i in range(1, arr.shape[1]):
-        k = names[(i - shift) % len(names)]
+        k = names[(i - 1) % len(names)]
         work[k] = work.get(k, 0.0) + float((arr[:, i] - dep[:, i - 1]).mean()) / 1e3
         wait[k] = wait.get(k, 0.0) + float((dep[:, i] - arr[:, i]).mean()) / 1e3
     work["final"] = float((t[:, -1] - dep[:, -1]).mean()) / 1e3

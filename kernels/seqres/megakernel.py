@@ -95,13 +95,10 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 row0, rank,
                 M: tl.constexpr, D: tl.constexpr, LN: tl.constexpr, R: tl.constexpr,
                 BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
-                SPLIT: tl.constexpr = 0, dlo_ptr=None,
-                ln_hi_ptr=None, ln_lo_ptr=None, lnw_ptr=None, lnb_ptr=None, COPY_LN: tl.constexpr = 0):
+                SPLIT: tl.constexpr = 0, dlo_ptr=None):
     """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs.
     SPLIT (the A operand of a flat GEMM phase, split once instead of once per N tile): dst + dlo = the
-    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter). COPY_LN (a copy, ``copy_ln1``): also
-    write LN(src) with ``lnw``/``lnb`` as hi/lo parts (COPY_LN as SPLIT) at ``ln_hi``/``ln_lo``: the first
-    layer's LN1 phase folded into the copy, one phase and one barrier fewer."""
+    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter)."""
     NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
@@ -120,11 +117,6 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
             _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
         else:  # kept out of the helper: routing it through _store changed the tiled path's register allocation
             tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
-        if COPY_LN:
-            w1 = tl.load(lnw_ptr + offs_d, mask=mask_d, other=0.0)
-            b1 = tl.load(lnb_ptr + offs_d, mask=mask_d, other=0.0)
-            _store(ln_hi_ptr, ln_lo_ptr, rows[:, None] * D + offs_d[None, :], mask,
-                   layernorm_rows(x, w1, b1, mask_d, D, LN_EPS), COPY_LN)
 
 
 @triton.jit
@@ -683,22 +675,16 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
-                AST: tl.constexpr, NEST: tl.constexpr, CL: tl.constexpr = False):
+                AST: tl.constexpr, NEST: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN]."""
     M: tl.constexpr = G * S
-    if CL:  # layer 0's LN1 ran in the copy phase, whose barrier carries this one's target
-        if l > 0:
-            _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD,
-                        CM, PRESPLIT, xlo_ptr)
-            _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    else:
-        _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                    PRESPLIT, xlo_ptr)
-        _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
+                PRESPLIT, xlo_ptr)
+    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
@@ -766,7 +752,7 @@ def _seqres_fwd(
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
-    CL: tl.constexpr, P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
+    P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -779,18 +765,13 @@ def _seqres_fwd(
     M: tl.constexpr = G * S
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
-    CL1: tl.constexpr = FLAT and CL  # copy_ln1: the copy phase also writes layer 0's LN1 split (one barrier fewer)
-    NBAR: tl.constexpr = (0 if CL1 else 1) + L * (BARRIERS_PER_LAYER_FLAT if FLAT else BARRIERS_PER_LAYER)
+    NBAR: tl.constexpr = 1 + L * (BARRIERS_PER_LAYER_FLAT if FLAT else BARRIERS_PER_LAYER)
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
         tl.store(trace_row, _now(pid))
         trace_ptr = trace_row + 1 - 2 * (epoch + 1)
 
-    if CL1:
-        _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM, 0, None,
-                    xhi_ptr, xlo_ptr, ln1w_ptr, ln1b_ptr, PRESPLIT)
-    else:
-        _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
+    _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
@@ -798,9 +779,9 @@ def _seqres_fwd(
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
-                        epoch + (1 if CL1 else 2) + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
+                        epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, CL1)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
