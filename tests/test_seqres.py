@@ -134,15 +134,16 @@ def test_flag_epochs_match_barrier_count():
     w = make_weights(c, device=dev)
     v = get_variant("seqres")
     assert v.prepare(c, w, gemm_loop="tiled", presplit_rows=3).barriers_per_launch == 1 + 5 * c.L
-    p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10)
-    x = make_input(c, 1.0, 0, device=dev)
-    for n in (1, 2):
+    for barrier in ("flags", "counter"):  # (one program per group here: the counter also ends at the epoch)
+        p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10, barrier=barrier)
+        x = make_input(c, 1.0, 0, device=dev)
+        for n in (1, 2):
+            v.run(p, x)
+            assert p.epoch == n * (1 + 7 * c.L)
+            assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+        p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
         v.run(p, x)
-        assert p.epoch == n * (1 + 7 * c.L)
-        assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
-    p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
-    v.run(p, x)
-    assert p.epoch == 1 + 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
+        assert p.epoch == 1 + 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
 
 
 def test_unsupported_shapes_raise():
