@@ -73,6 +73,25 @@ def main(argv=None):
                 if not bool(torch.all(e < 1e-2)):
                     nan = int(torch.isnan(e).sum())
                     bad.append((tm, tn, nan, float(torch.nan_to_num(e, nan=0.0).max())))
+        if bad and rep == 0:  # what the error of the first bad tiles looks like
+            KT, NTN = -(-K // a.bk), -(-N // a.bn)
+            T = -(-Mg // a.bm) * NTN * KT
+            for tm, tn, _, _ in bad[:3]:
+                t = (tm % -(-Mg // a.bm)) * NTN + tn
+                cuts = [r * T // a.R for r in range(1, a.R) if t * KT < r * T // a.R < (t + 1) * KT]
+                rs, cs = slice(tm * a.bm, (tm + 1) * a.bm), slice(tn * a.bn, (tn + 1) * a.bn)
+                e = (out - ref)[rs, cs]
+                msg = [f"tile ({tm},{tn}) t={t} cuts at steps {[c - t * KT for c in cuts]}"]
+                for c in cuts:
+                    kc = (c - t * KT) * a.bk
+                    head = (xl.double()[rs, :kc] @ wh.double().to(dev)[:kc, cs] + xh.double()[rs, :kc] @ wl.double().to(dev)[:kc, cs]
+                            + xh.double()[rs, :kc] @ wh.double().to(dev)[:kc, cs])
+                    tail = ref[rs, cs] - bias.double()[cs] - head
+                    msg.append(f"err+head {float((e + head).abs().max()):.3g} err+tail {float((e + tail).abs().max()):.3g} "
+                               f"err-head {float((e - head).abs().max()):.3g} err-tail {float((e - tail).abs().max()):.3g}")
+                msg.append(f"err+bias {float((e + bias.double()[cs]).abs().max()):.3g} err-bias "
+                           f"{float((e - bias.double()[cs]).abs().max()):.3g} wrong {int((e.abs() > 1e-2).sum())}/{e.numel()}")
+                print("  " + "; ".join(msg), flush=True)
         print(f"rep {rep}: max err {float(torch.nan_to_num(err, nan=1e9).max()):.3g}; bad tiles {bad}; "
               f"acc nonzero {int((acc != 0).sum())}; counters nonzero {int((cnt != 0).sum())}", flush=True)
 
