@@ -148,16 +148,6 @@ def ld_acquire(ptrs):
 
 
 @triton.jit
-def fence_gpu(x):
-    """``fence.acq_rel.gpu`` executed by every thread (GPU only: inline PTX); ``x``: any int32 scalar (it only
-    gives the shape; returned unchanged). A CTA barrier followed by one thread's release does not order the
-    other threads' relaxed atomics in flight (seen on the H200: stream-K pieces read before they landed), so
-    each thread fences its own before the barrier, and fences again after an acquire before reading."""
-    return tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, $1;", "=r,r", [x], dtype=tl.int32,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
 def _poll(ptrs, mask, LD: tl.constexpr):
     """Acquire-read ``ptrs`` where ``mask``: ld.acquire (LD) or an atomic add of 0 (the interpreter's way)."""
     if LD:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (dot_split, fence_gpu, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows,
-                                 layernorm_stats, layernorm_stats_chunked, split_bf16)
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
+                                 layernorm_stats_chunked, split_bf16)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -495,13 +495,9 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
         else:
             aptrs = acc32_ptr + offs_m[:, None] * N + offs_n[None, :]
             tl.atomic_add(aptrs, acc, mask=omask, sem="relaxed", scope="gpu")
-            if PRESPLIT == 1:  # (GPU) each thread's adds performed before the count; see tl_helpers.fence_gpu
-                n_steps = fence_gpu(n_steps)
             tl.debug_barrier()  # every thread's adds before the count (released by it)
             done = tl.atomic_add(cnt_ptr + t_idx, n_steps, sem="acq_rel", scope="gpu") + n_steps
             if done == TILE_STEPS:  # the last piece: every other piece's adds are visible (acquire)
-                if PRESPLIT == 1:
-                    done = fence_gpu(done)
                 tot = _load_tile(aptrs, omask, ".cg")
                 # every thread's read before any zero lands: the zeros (no data dependence on the read) may be
                 # stored in another thread layout (without this, 5-25% of a tile's sums read zero on the H200)
