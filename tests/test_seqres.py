@@ -360,47 +360,6 @@ def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
 
 
 @triton.jit
-def _flat_split_phase_kernel(ahi, alo, w, b, ohi, olo, acc, cnt, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-                             R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                             GELU: tl.constexpr, NEST: tl.constexpr):
-    """One split-output flat GEMM phase (QKV/FFN1-like), o_hi + o_lo = GELU?(a @ w + b), stream-K over R."""
-    _linear_phase_flat(ahi, alo, w, b, ohi, ohi, olo, 0, tl.program_id(0), M, N, K, GELU, False, 2, "ieee", 2, R,
-                       BM, BN, BK, "", 2, True, 0, NEST, acc, cnt)
-
-
-@pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
-@pytest.mark.parametrize("M,R,gelu,nest", [(48, 5, 0, 0), (40, 7, 2, 0), (48, 5, 2, 2), (40, 3, 0, 2)],
-                         ids=["even", "ragged-gelu", "terms-gelu", "terms-ragged"])
-def test_flat_split_phase_stream_k_finishes_cut_tiles_once(M, R, gelu, nest):
-    """Stream-K for the GEMMs whose epilogue is not linear (bias, GELU, split store): R programs (run one
-    after another here) cut tiles between them; the pieces of a cut tile are summed in fp32 scratch and the
-    piece that completes the tile's step count finishes it. Every output equals the reference once, and the
-    scratch and the counters are back to zero for the next use."""
-    from kernels.common.split import split_hi_lo
-    N, K = 32, 64
-    g = torch.Generator().manual_seed(M * 10 + R + gelu)
-    a, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
-    b = torch.randn(N, generator=g)
-    ahi, alo = (t.float() for t in split_hi_lo(a))
-    whi, wlo = (t.float() for t in split_hi_lo(w))
-    wsplit = torch.stack([whi, wlo], dim=1).reshape(2 * K, N).contiguous()
-    ohi, olo = torch.full((M, N), float("nan")), torch.full((M, N), float("nan"))
-    acc = torch.zeros(M, N)
-    n_tiles = -(-M // 16) * -(-N // 16)
-    cnt = torch.zeros(n_tiles, dtype=torch.int32)
-    _flat_split_phase_kernel[(R,)](ahi, alo, wsplit, b, ohi, olo, acc, cnt, M, N, K, R, 16, 16, 16, gelu, nest)
-    d = lambda t: t.double()  # noqa: E731
-    ref = d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
-    if gelu:
-        ref = torch.nn.functional.gelu(ref)
-    # hi + lo carries ~16 bits (lo is rounded to bf16); a lost or doubled piece would be off by O(|ref|)
-    # (plus 1e-5 absolute: GELU's polynomial erf, near-zero outputs)
-    err = ((d(ohi) + d(olo) - ref).abs() - 2.0 ** -14 * ref.abs()).max().item()
-    assert err < 1e-5, f"error beyond 2^-14 relative: {err}"
-    assert torch.all(acc == 0) and torch.all(cnt == 0)
-
-
-@triton.jit
 def _gelu_poly_kernel(x, o, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(o + offs, gelu_erf_poly(tl.load(x + offs), False))

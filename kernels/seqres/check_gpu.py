@@ -64,9 +64,6 @@ SWEEP = {
     "ast1": dict(attn_stages=1),
     "untuned": dict(),  # the yaml defaults without autotuning (the "default" row tunes)
     "lnb32": dict(block_m_ln=32),
-    "skw_off": dict(stream_k_wide=False),
-    "skw_bnw128": dict(stream_k_wide=True, block_n_wide=128),
-    "nest64_skw_off": dict(gemm_loop="nested", block_n=64, block_n_wide=64, stream_k_wide=False),
     "bar_atomic": dict(barrier="flags_atomic"),
     "bar_counter": dict(barrier="counter"),
     "terms": dict(gemm_loop="terms"),

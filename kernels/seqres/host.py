@@ -126,10 +126,9 @@ def _gelu_mode(name: str) -> int:
 
 
 def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
-    """Whether a GEMM with N = D columns (oproj and FFN2: ``stream_k``; QKV and FFN1 with N = 3D, 4D:
-    ``stream_k_wide``) shares its (tile, K step) pairs over the group's R programs: ``want`` true/false, or
-    "auto": only when its [BM, BN] tiles do not divide evenly over the R programs (otherwise the shares are
-    whole tiles anyway and the atomics would only cost code)."""
+    """Whether oproj and FFN2 (N = D) share their (tile, K step) pairs over the group's R programs: ``want``
+    true/false, or "auto": only when their [BM, BN] tiles do not divide evenly over the R programs (otherwise
+    the shares are whole tiles anyway and the atomics would only cost code)."""
     if want != "auto":
         return bool(want)
     return (-(-M // BM) * -(-D // BN)) % R != 0
@@ -243,21 +242,11 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNQ=wide_block_n(o["block_n_wide"], bn, M, 3 * D, R, bm),
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
-        # stream-K for the split-output GEMMs: cut tiles are summed in fp32 scratch (QKV needs attn_presplit)
-        SKQ=stream_k(o["stream_k_wide"], M, 3 * D, R, bm, wide_block_n(o["block_n_wide"], bn, M, 3 * D, R, bm))
-        and bool(flat) and bool(o["attn_presplit"]),
-        SKF=stream_k(o["stream_k_wide"], M, 4 * D, R, bm, wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm))
-        and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST={"nested": 1, "terms": 2}.get(o["gemm_loop"], 0),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
-    rows = -(-M // bm)  # tile counters per group: the most tiles of a stream-K split-output phase
-    meta["NCNT"] = max([rows * -(-3 * D // meta["BNQ"])] * meta["SKQ"] + [rows * -(-4 * D // meta["BNF"])] * meta["SKF"]
-                       + [0])
-    if o["stream_k_wide"] not in (True, False, "auto"):
-        raise ValueError(f"seqres: stream_k_wide={o['stream_k_wide']!r}: true, false or auto")
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
     if int(o["maxnreg"]) > 0:  # register cap per thread (ptxas), e.g. to fit more CTAs per SM
         launch["maxnreg"] = int(o["maxnreg"])
@@ -367,10 +356,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
             parts = [hi, lo, hi][:meta["WROWS"]]
             tensors[i] = torch.stack(parts, dim=2).reshape(hi.shape[0], len(parts) * hi.shape[1], hi.shape[2])
     f32 = dict(device=dev, dtype=torch.float32)
-    # zeros: the stream-K accumulators of QKV (qkv) and FFN1 (f) must be zero between uses (their last piece
-    # zeroes what it read)
-    scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.zeros(B * S, 3 * D, **f32),
-                   f=torch.zeros(B * S, 4 * D, **f32))
+    scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
+                   f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
         sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
         scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
@@ -383,7 +370,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
         n_bar = 1 + _barriers_per_layer(meta) * case.L
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
-            flags=torch.zeros(n_groups, meta["BLOCK_R"] + meta["NCNT"], device=dev, dtype=torch.int32),
+            flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
             trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
                               dtype=torch.int64),
             err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,

@@ -445,35 +445,16 @@ def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
 
 
 @triton.jit
-def _finish_tile(acc, bias, r_ptr, o_ptr, olo_ptr, optrs, omask, GELU: tl.constexpr, RESID: tl.constexpr,
-                 SPLIT_OUT: tl.constexpr, PRESPLIT: tl.constexpr, CM: tl.constexpr):
-    """A whole tile's epilogue: bias, GELU (1: libdevice erf, 2: polynomial erf), residual, store or split store."""
-    acc += bias[None, :]
-    if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
-        acc = gelu_erf_poly(acc, PRESPLIT == 1)
-    elif GELU:
-        acc = gelu_erf(acc)
-    if RESID:
-        acc += _load_tile(r_ptr + optrs, omask, CM)
-    _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
-
-
-@triton.jit
 def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole,
                    M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                    GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr, PRESPLIT: tl.constexpr,
-                   CM: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr,
-                   acc32_ptr=None, cnt_ptr=None, t_idx=0, n_steps=0, TILE_STEPS: tl.constexpr = 0):
-    """Finish tile (tm, tn) from its accumulator: bias, GELU, residual, store or split store (``_finish_tile``).
-    STREAM_K: ``acc`` may be a piece of the tile (``whole`` false). Residual GEMMs (RESID) add pieces into o
-    with atomics, the piece holding K step 0 (``first``) adding the bias. Other GEMMs (their epilogue is not
-    linear: GELU, split store) add pieces into the zeroed fp32 tile at ``acc32_ptr`` (row stride N), then count
-    the piece's ``n_steps`` on the tile's counter ``cnt_ptr[t_idx]`` (acq_rel); the piece that completes the count
-    (``TILE_STEPS``) reads the sum back, zeroes the tile and the counter for the next use, and finishes it."""
+                   CM: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr):
+    """Finish tile (tm, tn) from its accumulator: bias, GELU (1: libdevice erf, 2: polynomial erf), residual,
+    store or split store. STREAM_K: ``acc`` may be a piece of the tile (``whole`` false), added into o with
+    atomics; the piece holding K step 0 (``first``) adds the bias."""
     offs_n = tn * BN + tl.arange(0, BN)
-    offs_m = row0 + tm * BM + tl.arange(0, BM)
     # per tile, not hoisted; LDO: the output's row stride when it is not N
-    optrs = offs_m[:, None] * (N if LDO == 0 else LDO) + offs_n[None, :]
+    optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * (N if LDO == 0 else LDO) + offs_n[None, :]
     if EVEN:
         bias = tl.load(b_ptr + offs_n)
         omask = None
@@ -481,32 +462,23 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
         mask_n = offs_n < N
         bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
         omask = ((tm * BM + tl.arange(0, BM)) < M)[:, None] & mask_n[None, :]
-    if STREAM_K and RESID:
-        tl.static_assert(not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
+    if STREAM_K:
+        tl.static_assert(RESID and not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
         acc += tl.where(first, bias, 0.0)[None, :]
         if whole:
             acc += _load_tile(r_ptr + optrs, omask, CM)
             tl.store(o_ptr + optrs, acc, mask=omask)
         else:
             tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
-    elif STREAM_K:
-        if whole:
-            _finish_tile(acc, bias, r_ptr, o_ptr, olo_ptr, optrs, omask, GELU, RESID, SPLIT_OUT, PRESPLIT, CM)
-        else:
-            aptrs = acc32_ptr + offs_m[:, None] * N + offs_n[None, :]
-            tl.atomic_add(aptrs, acc, mask=omask, sem="relaxed", scope="gpu")
-            tl.debug_barrier()  # every thread's adds before the count (released by it)
-            done = tl.atomic_add(cnt_ptr + t_idx, n_steps, sem="acq_rel", scope="gpu") + n_steps
-            if done == TILE_STEPS:  # the last piece: every other piece's adds are visible (acquire)
-                tot = _load_tile(aptrs, omask, ".cg")
-                # every thread's read before any zero lands: the zeros (no data dependence on the read) may be
-                # stored in another thread layout (without this, 5-25% of a tile's sums read zero on the H200)
-                tl.debug_barrier()
-                tl.store(aptrs, tl.zeros((BM, BN), tl.float32), mask=omask)
-                tl.atomic_xchg(cnt_ptr + t_idx, 0, sem="relaxed", scope="gpu")
-                _finish_tile(tot, bias, r_ptr, o_ptr, olo_ptr, optrs, omask, GELU, RESID, SPLIT_OUT, PRESPLIT, CM)
     else:
-        _finish_tile(acc, bias, r_ptr, o_ptr, olo_ptr, optrs, omask, GELU, RESID, SPLIT_OUT, PRESPLIT, CM)
+        acc += bias[None, :]
+        if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
+            acc = gelu_erf_poly(acc, PRESPLIT == 1)
+        elif GELU:
+            acc = gelu_erf(acc)
+        if RESID:
+            acc += _load_tile(r_ptr + optrs, omask, CM)
+        _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
 
 
 @triton.jit
@@ -529,7 +501,7 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
                  PREC: tl.constexpr, PRESPLIT: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                  WROWS: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr,
-                 WHOLE: tl.constexpr, acc32_ptr=None, cnt_ptr=None):
+                 WHOLE: tl.constexpr):
     """K steps [k_first, k_end) of tile t (``gemm_loop: nested``; WHOLE: all KT steps, constexpr bounds) with the
     three bf16x3 terms in three accumulators, then the tile's epilogue."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
@@ -551,7 +523,7 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
                                                   a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
                        (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
-                       LDO, STREAM_K, acc32_ptr, cnt_ptr, t, k_end - k_first, KT)
+                       LDO, STREAM_K)
 
 
 @triton.jit
@@ -565,16 +537,14 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = 0, acc32_ptr=None, cnt_ptr=None):
+                       NEST: tl.constexpr = 0):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
 
-    Share: a contiguous run of whole tiles per program, or with STREAM_K an equal share of the pairs, so a tile
-    may be cut between programs. Residual GEMMs (o = r += a @ w + b) add the pieces of a cut tile to o with
-    atomics (the piece holding K step 0 adds the bias); the others add them into the zeroed fp32 scratch
-    ``acc32_ptr`` ([*, N]) and the piece completing the tile's count at ``cnt_ptr[t]`` finishes it
-    (``_tile_epilogue``). Whole tiles as usual.
+    Share: a contiguous run of whole tiles per program, or with STREAM_K (residual GEMMs only: o = r += a @ w
+    + b) an equal share of the pairs, so a tile may be cut between programs; the pieces of a cut tile are
+    added to o with atomics (the piece holding K step 0 adds the bias), whole tiles as usual.
 
     Loop: NEST false — ONE loop over the pairs, so the software pipeliner prefetches the next tile's first K
     steps while the current tile finishes; the epilogue runs on a tile's last step (in the loop). Steps past
@@ -621,7 +591,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                     k_end = KT
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs,
                              w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
-                             STREAM_K, not STREAM_K, acc32_ptr, cnt_ptr)
+                             STREAM_K, not STREAM_K)
     elif NEST == 2:
         # one dot per (tile, K step, term): the bf16x3 sum as one GEMM over a virtual K of 3*K, terms
         # a_lo w_hi, a_hi w_lo, a_hi w_hi of each K step in turn; one dot per iteration keeps wgmma async
@@ -666,7 +636,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                 ts = t * KT3
                 _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start3,
                                (ts >= start3) & (ts + KT3 <= end3), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
-                               CM, EVEN, LDO, STREAM_K, acc32_ptr, cnt_ptr, t, g + 1 - tl.maximum(start3, ts), KT3)
+                               CM, EVEN, LDO, STREAM_K)
                 acc = tl.zeros((BM, BN), tl.float32)
     else:
         acc = tl.zeros((BM, BN), tl.float32)
@@ -690,12 +660,12 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                 ts = t * KT
                 _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
                                (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
-                               CM, EVEN, LDO, STREAM_K, acc32_ptr, cnt_ptr, t, g + 1 - tl.maximum(start, ts), KT)
+                               CM, EVEN, LDO, STREAM_K)
                 acc = tl.zeros((BM, BN), tl.float32)
 
 
 @triton.jit
-def _layer_flat(y_ptr, qkv_ptr, f_ptr, cnt_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
+def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                 ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                 flags_ptr, err_ptr, spin_limit, trace_ptr, l, bar, row0, rank, qk_scale,
@@ -705,14 +675,12 @@ def _layer_flat(y_ptr, qkv_ptr, f_ptr, cnt_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_p
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
-                AST: tl.constexpr, NEST: tl.constexpr, SKQ: tl.constexpr = False, SKF: tl.constexpr = False):
+                AST: tl.constexpr, NEST: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
-    [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN]. SKQ / SKF:
-    stream-K for QKV / FFN1, their cut tiles summed in the fp32 scratch ``qkv`` / ``f`` (zero between uses) with
-    tile counters at ``cnt_ptr`` (after the group's barrier flags)."""
+    [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN]."""
     M: tl.constexpr = G * S
     _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
@@ -721,7 +689,7 @@ def _layer_flat(y_ptr, qkv_ptr, f_ptr, cnt_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_p
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, SKQ, 4 * D, NEST, qkv_ptr, cnt_ptr)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
@@ -742,7 +710,7 @@ def _layer_flat(y_ptr, qkv_ptr, f_ptr, cnt_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_p
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                        fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                       BM, BNF, BK, CM, WROWS, SKF, 0, NEST, f_ptr, cnt_ptr)
+                       BM, BNF, BK, CM, WROWS, False, 0, NEST)
     _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                        row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
@@ -770,7 +738,7 @@ def _seqres_fwd(
     w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
     w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
     lnfw_ptr, lnfb_ptr,     # [D]
-    flags_ptr,              # [n_groups, BLOCK_R + NCNT] int32: monotonic barrier flags, then stream-K tile counters
+    flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
     err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
     trace_ptr,              # [grid, 2 * barriers + 2] int64 phase timestamps (TRACE; else unused)
     spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
@@ -784,7 +752,7 @@ def _seqres_fwd(
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
-    SKQ: tl.constexpr, SKF: tl.constexpr, NCNT: tl.constexpr, P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
+    P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -796,8 +764,7 @@ def _seqres_fwd(
         rank = pid % R
     M: tl.constexpr = G * S
     row0 = group * M
-    flags_ptr = flags_ptr + group * (BLOCK_R + NCNT)  # a group's row: R barrier flags, then NCNT tile counters
-    cnt_ptr = flags_ptr + BLOCK_R
+    flags_ptr = flags_ptr + group * BLOCK_R
     NBAR: tl.constexpr = 1 + L * (BARRIERS_PER_LAYER_FLAT if FLAT else BARRIERS_PER_LAYER)
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
@@ -808,13 +775,13 @@ def _seqres_fwd(
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
-            _layer_flat(y_ptr, qkv_ptr, f_ptr, cnt_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
+            _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, SKQ, SKF)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
