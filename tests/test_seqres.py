@@ -84,12 +84,10 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
          gelu="poly", attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
-    dict(gemm_loop="terms", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
-    dict(gemm_loop="terms", block_n=16, block_k=16, seqs_per_program=2, block_m_ln=8),
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "terms-sk", "terms-G2", "counter-barrier"])
+        "counter-barrier"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 

@@ -206,8 +206,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
-    # nested and terms: the flat phases' pre-split A; nested loops per tile, terms one dot per (tile, K step, term)
-    loops = {"tiled": 0, "flat": 1, "nested": 1, "terms": 1}
+    loops = {"tiled": 0, "flat": 1, "nested": 1}  # nested: the flat phases' pre-split A, loops per tile
     if o["gemm_loop"] not in loops:
         raise ValueError(f"seqres: gemm_loop={o['gemm_loop']!r} not in {sorted(loops)}")
     flat = loops[o["gemm_loop"]]
@@ -243,7 +242,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
-        AST=int(o["attn_stages"]), NEST={"nested": 1, "terms": 2}.get(o["gemm_loop"], 0),
+        AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

@@ -537,7 +537,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = 0):
+                       NEST: tl.constexpr = False):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
@@ -569,7 +569,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         end = start + TPP * KT
     a_offs = tl.arange(0, BM)[:, None] * K + tl.arange(0, BK)[None, :]               # [BM, BK]
     w_offs = tl.arange(0, BK)[:, None] * (WROWS * N) + tl.arange(0, BN)[None, :]     # [BK, BN], hi rows
-    if NEST == 1:
+    if NEST:
         if R == 1:  # the whole phase with constexpr bounds (the interpreter cannot loop to a runtime bound)
             for t in range(0, NT):
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, 0, KT, a_offs, w_offs,
@@ -592,52 +592,6 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs,
                              w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
                              STREAM_K, not STREAM_K)
-    elif NEST == 2:
-        # one dot per (tile, K step, term): the bf16x3 sum as one GEMM over a virtual K of 3*K, terms
-        # a_lo w_hi, a_hi w_lo, a_hi w_hi of each K step in turn; one dot per iteration keeps wgmma async
-        KT3: tl.constexpr = 3 * KT
-        T3: tl.constexpr = NT * KT3
-        if STREAM_K:
-            ITERS3: tl.constexpr = (T3 + R - 1) // R
-            start3 = rank * T3 // R
-            end3 = (rank + 1) * T3 // R
-        else:
-            ITERS3: tl.constexpr = TPP * KT3
-            start3 = rank * (TPP * KT3)
-            end3 = start3 + TPP * KT3
-        acc = tl.zeros((BM, BN), tl.float32)
-        for i in range(0, ITERS3):
-            g = start3 + i
-            valid = (g < end3) & (g < T3)
-            gc = tl.minimum(g, T3 - 1)
-            t = gc // KT3
-            v = gc - t * KT3
-            kk = v // 3
-            term = v - kk * 3
-            tm = t // NT_N
-            tn = t - tm * NT_N
-            a_src = tl.where(term == 0, alo_ptr, ahi_ptr)
-            a_base = (row0 + tm * BM) * K + kk * BK
-            w_base = kk * (BK * WROWS * N) + tn * BN + tl.where(term == 1, N, 0)
-            if EVEN:
-                a = tl.load(a_src + a_base + a_offs, cache_modifier=CM)
-                w = tl.load(w_ptr + w_base + w_offs)
-            else:
-                mask_k = (kk * BK + tl.arange(0, BK)) < K
-                a = tl.load(a_src + a_base + a_offs, cache_modifier=CM, other=0.0,
-                            mask=((tm * BM + tl.arange(0, BM)) < M)[:, None] & mask_k[None, :])
-                w = tl.load(w_ptr + w_base + w_offs, other=0.0,
-                            mask=mask_k[:, None] & ((tn * BN + tl.arange(0, BN)) < N)[None, :])
-            acc = tl.dot(a, w, acc, input_precision=PREC)
-            last = v == KT3 - 1
-            if STREAM_K:
-                last = last | (g == end3 - 1)
-            if valid & last:
-                ts = t * KT3
-                _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start3,
-                               (ts >= start3) & (ts + KT3 <= end3), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
-                               CM, EVEN, LDO, STREAM_K)
-                acc = tl.zeros((BM, BN), tl.float32)
     else:
         acc = tl.zeros((BM, BN), tl.float32)
         for i in range(0, ITERS):
