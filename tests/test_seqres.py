@@ -403,7 +403,7 @@ def test_pick_candidate_keeps_the_given_parameters_on_a_near_tie():
 def test_tune_is_validated_and_skipped_off_gpu():
     """``tune`` candidates are timed only on CUDA; the interpreter prepares the parameters as given, and the
     check_gpu expansion lists the base then each override."""
-    from kernels.seqres.check_gpu import tune_candidates
+    from kernels.seqres.host import tune_candidates
     c = tune_candidates({"a": 1, "tune": [{"a": 2}, {"b": 3}]})
-    assert c == [{"a": 1, "tune": []}, {"a": 2, "tune": []}, {"a": 1, "b": 3, "tune": []}]
-    assert tune_candidates({"a": 1, "tune": []}) == [{"a": 1, "tune": []}]
+    assert c == [({}, {"a": 1, "tune": []}), ({"a": 2}, {"a": 2, "tune": []}), ({"b": 3}, {"a": 1, "b": 3, "tune": []})]
+    assert tune_candidates({"a": 1, "tune": []}) == [({}, {"a": 1, "tune": []})]

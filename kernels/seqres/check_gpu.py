@@ -19,14 +19,13 @@ from pathlib import Path
 
 import torch
 import triton
-import yaml
 
-from ..cases import config_dir, load_case
+from ..cases import load_case
 from ..gate import gate
 from ..reference import reference_forward
 from ..registry import get_variant
 from ..weights import make_input, make_weights
-from .host import launch, prepare_one
+from .host import DEFAULTS, launch, prepare_one, tune_candidates
 
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 SEEDS = (0, 1)
@@ -148,17 +147,6 @@ def _compile_job(n: int, params: dict) -> str:
         return f"case {n} {params}: {e!r}"
 
 
-def tune_candidates(params: dict) -> list[dict]:
-    """The parameter sets ``prepare`` tries for ``params`` (just ``params`` when its ``tune`` is empty)."""
-    base = dict(params, tune=[])
-    return [base] + [dict(base, **c) for c in (params.get("tune") or [])]
-
-
-def yaml_params() -> dict:
-    with open(config_dir() / "variant" / "seqres.yaml") as f:
-        return dict(yaml.safe_load(f)["params"])
-
-
 def check_one(case, w, params: dict, spin_limit: int = 200_000, trace: bool = False) -> dict:
     """Gate at every scale x seed (bounded spins: a broken barrier reports instead of hanging), then time."""
     v = get_variant("seqres")
@@ -237,7 +225,7 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    base = yaml_params()
+    base = dict(DEFAULTS)  # config/variant/seqres.yaml, as prepare reads it
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                "defaults": base, "cases": {}}
 
@@ -249,7 +237,7 @@ def main(argv=None):
                                                       for nm in names for n in a.cases]
         if a.trace:
             jobs += [(n, dict(pr, trace=True)) for n, pr in jobs]
-        jobs = [(n, q) for n, pr in jobs for q in tune_candidates(pr)]
+        jobs = [(n, full) for n, pr in jobs for _, full in tune_candidates(pr)]
         t0 = time.time()
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(a.precompile) as pool:

@@ -261,7 +261,7 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     Without it (or under the interpreter) see ``prepare_one``."""
     tune = params.get("tune", DEFAULTS.get("tune")) or []
     if tune and weights.device.type == "cuda" and not interpreting():
-        return _prepare_tuned(case, weights, params, list(tune))
+        return _prepare_tuned(case, weights, params)
     return prepare_one(case, weights, **params)
 
 
@@ -274,21 +274,27 @@ def pick_candidate(median_ms: list, margin: float) -> int:
     return best
 
 
-def _prepare_tuned(case: Case, weights: Weights, params: dict, tune: list) -> SeqresPrepared:
+def tune_candidates(params: dict) -> list[tuple[dict, dict]]:
+    """(override, full parameter set) of each candidate ``prepare`` tries for ``params``: the parameters as
+    given, then each ``tune`` override on top (every set with ``tune: []``)."""
+    base = dict(params, tune=[])
+    return [(dict(o), dict(base, **o)) for o in [{}] + list(params.get("tune", DEFAULTS.get("tune")) or [])]
+
+
+def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared:
     """Prepare every candidate, time each (CUDA events around single launches after an L2 flush, rounds
     interleaved across candidates, median per candidate) and keep ``pick_candidate``'s choice. Candidates
     that the case does not support (``Unsupported``, ``ValueError``) are skipped and recorded; the first
     (the parameters as given) must work. Untimed by SPEC §5 (prepare)."""
     import statistics
-    base = dict(params, tune=[])
     margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
     overs, preps, skipped = [], [], []
-    for i, over in enumerate([{}] + [dict(c) for c in tune]):
+    for i, (over, full) in enumerate(tune_candidates(params)):
         unknown = set(over) - set(DEFAULTS)
         if unknown:
             raise TypeError(f"seqres: tune candidate {over} has unknown parameters {sorted(unknown)}")
         try:
-            p = prepare_one(case, weights, **dict(base, **over))
+            p = prepare_one(case, weights, **full)
         except (Unsupported, ValueError) as e:
             if i == 0:
                 raise
