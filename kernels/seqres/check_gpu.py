@@ -124,6 +124,15 @@ SWEEP = {
     "presplit": dict(presplit_weights=True),
     "tf32x3": dict(prec_qkv="tf32x3", prec_attn="tf32x3", prec_o="tf32x3", prec_ffn1="tf32x3", prec_ffn2="tf32x3"),
     "w8": dict(num_warps=8),
+    # session 6: groups of several sequences (fewer weight re-reads per row), attention tile shapes
+    "g2": dict(seqs_per_program=2),
+    "g4": dict(seqs_per_program=4),
+    "g2r1": dict(seqs_per_program=2, split=1),
+    "bq32k64": dict(block_q=32),
+    "bq16": dict(block_q=16),
+    "bkv128": dict(block_kv=128),
+    "bkv32": dict(block_kv=32),
+    "bkv128_ast1": dict(block_kv=128, attn_stages=1),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
