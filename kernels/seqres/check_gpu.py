@@ -133,6 +133,12 @@ SWEEP = {
     "bkv128": dict(block_kv=128),
     "bkv32": dict(block_kv=32),
     "bkv128_ast1": dict(block_kv=128, attn_stages=1),
+    "ff": dict(ffn_fused=True),
+    "ff_n128": dict(ffn_fused=True, block_n2=128),
+    "ff_h64": dict(ffn_fused=True, block_h=64),
+    "ff_h64_n128": dict(ffn_fused=True, block_h=64, block_n2=128),
+    "ff_nest": dict(ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64),
+    "ff_ast1": dict(ffn_fused=True, attn_stages=1),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

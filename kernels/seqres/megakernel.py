@@ -619,6 +619,104 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
 
 
 @triton.jit
+def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
+                     w1_ptr, b1_ptr,    # [WROWS*D, 4D] presplit W1 (rows hi, lo(, hi) of row k), [4D]
+                     w2_ptr, b2_ptr,    # [WROWS*4D, D] presplit W2, [D]
+                     y_ptr,             # [*, D] the residual stream: y += GELU(LN2(y) @ W1 + b1) @ W2 + b2
+                     row0, rank,
+                     M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr,
+                     PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr,
+                     BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr):
+    """FFN1 and FFN2 in one phase (``ffn_fused``), split over the hidden dimension: work item (tm, c) computes
+    h = GELU(A[tm] @ W1[:, c] + b1[c]) for row block tm and hidden chunk c (BH columns; K loop over D),
+    splits h into bf16 hi/lo in registers and adds h @ W2[c, :] (three dots of K = BH per BN2-wide column
+    block) into y with atomics; chunk 0 adds b2. No f scratch and no barrier between FFN1 and FFN2; y is
+    not read in this phase (the A operand is the LN2 split), so the in-place atomic adds are safe.
+    Items are shared out as contiguous runs over the R programs."""
+    F: tl.constexpr = 4 * D
+    NC: tl.constexpr = (F + BH - 1) // BH
+    NI: tl.constexpr = ((M + BM - 1) // BM) * NC
+    TPP: tl.constexpr = (NI + R - 1) // R
+    a_offs = tl.arange(0, BM)[:, None] * D + tl.arange(0, BK)[None, :]              # [BM, BK]
+    w_offs = tl.arange(0, BK)[:, None] * (WROWS * F) + tl.arange(0, BH)[None, :]    # [BK, BH], hi rows of W1
+    w2_offs = tl.arange(0, BH)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]  # [BH, BN2], hi rows of W2
+    if R == 1:  # constexpr bounds (the interpreter cannot loop to a bound computed from the rank)
+        for it in range(0, NI):
+            _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
+                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS)
+    else:
+        first = rank * TPP
+        for it in range(first, tl.minimum(first + TPP, NI)):
+            _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
+                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS)
+
+
+@triton.jit
+def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
+              M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr, PRESPLIT: tl.constexpr,
+              BM: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
+              WROWS: tl.constexpr):
+    """Work item ``it`` = (row block tm, hidden chunk c) of ``_ffn_fused_phase``."""
+    F: tl.constexpr = 4 * D
+    NC: tl.constexpr = (F + BH - 1) // BH
+    KT: tl.constexpr = (D + BK - 1) // BK
+    NT2: tl.constexpr = (D + BN2 - 1) // BN2
+    EVEN1: tl.constexpr = (M % BM == 0) and (F % BH == 0) and (D % BK == 0)
+    EVEN2: tl.constexpr = (M % BM == 0) and (F % BH == 0) and (D % BN2 == 0)
+    tm = it // NC
+    c = it - tm * NC
+    acc = tl.zeros((BM, BH), tl.float32)
+    for kk in range(0, KT):
+        a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(xhi_ptr, xlo_ptr, w1_ptr, row0, tm, c, kk, a_offs, w_offs,
+                                                       M, F, D, BM, BH, BK, CM, WROWS, EVEN1)
+        acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+    offs_h = c * BH + tl.arange(0, BH)
+    offs_m = tm * BM + tl.arange(0, BM)
+    if EVEN1:
+        acc += tl.load(b1_ptr + offs_h)[None, :]
+    else:
+        acc += tl.load(b1_ptr + offs_h, mask=offs_h < F, other=0.0)[None, :]
+    if GELU == 2:
+        acc = gelu_erf_poly(acc, PRESPLIT == 1)
+    else:
+        acc = gelu_erf(acc)
+    if not EVEN1:  # hidden columns past 4D (W1 columns and b1 masked to 0 -> GELU(0) = 0 anyway), rows past M
+        acc = tl.where((offs_m < M)[:, None] & (offs_h < F)[None, :], acc, 0.0)
+    h_hi, h_lo = split_bf16(acc, PRESPLIT == 1)
+    rows = row0 + offs_m
+    for n in range(0, NT2):
+        offs_n = n * BN2 + tl.arange(0, BN2)
+        w2p = w2_ptr + c * (BH * WROWS * D) + n * BN2 + w2_offs
+        if EVEN2:
+            w2_hi = tl.load(w2p)
+            w2_lo = tl.load(w2p + D)
+            if WROWS == 3:
+                w2_hi2 = tl.load(w2p + 2 * D)
+            else:
+                w2_hi2 = w2_hi
+            b2 = tl.load(b2_ptr + offs_n)
+            omask = None
+        else:
+            wmask = (offs_h < F)[:, None] & (offs_n < D)[None, :]
+            w2_hi = tl.load(w2p, mask=wmask, other=0.0)
+            w2_lo = tl.load(w2p + D, mask=wmask, other=0.0)
+            if WROWS == 3:
+                w2_hi2 = tl.load(w2p + 2 * D, mask=wmask, other=0.0)
+            else:
+                w2_hi2 = w2_hi
+            b2 = tl.load(b2_ptr + offs_n, mask=offs_n < D, other=0.0)
+            omask = (offs_m < M)[:, None] & (offs_n < D)[None, :]
+        out = tl.zeros((BM, BN2), tl.float32)
+        out = tl.dot(h_lo, w2_hi, out, input_precision=PREC)
+        out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
+        out = tl.dot(h_hi, w2_hi2, out, input_precision=PREC)
+        out += tl.where(c == 0, b2, 0.0)[None, :]
+        tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], out, mask=omask, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                 ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
@@ -629,7 +727,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
-                AST: tl.constexpr, NEST: tl.constexpr):
+                AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -662,18 +760,24 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                       fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                       BM, BNF, BK, CM, WROWS, False, 0, NEST)
-    _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
-                       NEST)
-    _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    if FF:  # FFN1 + FFN2 in one phase (6 barriers per layer)
+        _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
+                         w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
+                         M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS)
+        _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    else:
+        _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+                           fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                           BM, BNF, BK, CM, WROWS, False, 0, NEST)
+        _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                           row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
+                           0, NEST)
+        _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
-BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases
+BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (6 with FF)
 
 
 @triton.jit(do_not_specialize=["epoch", "spin_limit"])
@@ -706,6 +810,7 @@ def _seqres_fwd(
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
+    FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -719,7 +824,8 @@ def _seqres_fwd(
     M: tl.constexpr = G * S
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
-    NBAR: tl.constexpr = 1 + L * (BARRIERS_PER_LAYER_FLAT if FLAT else BARRIERS_PER_LAYER)
+    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF) if FLAT else BARRIERS_PER_LAYER
+    NBAR: tl.constexpr = 1 + L * NBL
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
         tl.store(trace_row, _now(pid))
@@ -733,9 +839,9 @@ def _seqres_fwd(
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
-                        epoch + 2 + BARRIERS_PER_LAYER_FLAT * l, row0, rank, qk_scale,
+                        epoch + 2 + NBL * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
