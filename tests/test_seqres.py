@@ -14,7 +14,7 @@ from kernels import Case, Unsupported, gate, get_variant, load_case, make_input,
 from kernels.reference import reference_forward  # noqa: E402
 from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
-from kernels.seqres.megakernel import _linear_phase_flat  # noqa: E402
+from kernels.seqres.megakernel import _ffn_fused_phase, _linear_phase_flat  # noqa: E402
 from kernels.common.tl_helpers import gelu_erf_poly, layernorm_stats, layernorm_stats_chunked  # noqa: E402
 from kernels.gate import ATOL, RTOL  # noqa: E402
 from workflow.stages.correctness import check_variant  # noqa: E402
@@ -85,9 +85,12 @@ def test_odd_shape_passes_gate(causal):
          gelu="poly", attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
+    dict(ffn_fused=True),  # 4D = 192 hidden columns in 128-wide chunks: a ragged last chunk
+    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10),
+    dict(ffn_fused=True, gemm_loop="nested", gelu="libdevice", seqs_per_program=2, block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "counter-barrier"])
+        "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -276,6 +279,53 @@ def test_flat_gemm_loop_needs_presplit_weights():
 @needs_backend
 def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale():
     _check(load_case("smoke1"), dict(gemm_loop="flat"), SCALES, (0, 1))
+
+
+@needs_backend
+def test_ffn_fused_passes_gate_on_smoke1_at_every_scale():
+    _check(load_case("smoke1"), dict(ffn_fused=True), SCALES, (0, 1))
+
+
+def test_ffn_fused_needs_a_flat_loop_and_a_bool():
+    with pytest.raises(ValueError, match="gemm_loop=flat"):
+        prepare_meta(load_case("smoke1"), n_sm=132, ffn_fused=True, gemm_loop="tiled", presplit_rows=3)
+    with pytest.raises(ValueError, match="true or false"):
+        prepare_meta(load_case("smoke1"), n_sm=132, ffn_fused="yes")
+    meta = prepare_meta(load_case("case10"), n_sm=132, ffn_fused=True)[0]
+    assert meta["FF"] and meta["CM"] == ".cg" and (meta["BH"], meta["BN2"]) == (128, 64)
+
+
+@triton.jit
+def _ffn_phase_kernel(xhi, xlo, w1, b1, w2, b2, y, M: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
+                      BM: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr):
+    """One fused FFN phase shared by R programs (no barrier needed: one phase, atomics into y)."""
+    _ffn_fused_phase(xhi, xlo, w1, b1, w2, b2, y, 0, tl.program_id(0), M, D, 1, "ieee", 2, R, BM, BH, BN2, BK,
+                     "", 2)
+
+
+@pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
+@pytest.mark.parametrize("M,D,R,BH", [(32, 16, 3, 16), (40, 24, 5, 32), (16, 16, 1, 64)],
+                         ids=["items-over-3", "ragged-over-5", "one-program"])
+def test_ffn_fused_phase_adds_each_hidden_chunk_once(M, D, R, BH):
+    """Work items (row block, hidden chunk) shared over R programs, ragged rows/hidden/columns: every output
+    element must be y + GELU(a @ w1 + b1) @ w2 + b2, each chunk's partial added exactly once (b2 once)."""
+    from kernels.common.split import split_hi_lo
+    F = 4 * D
+    g = torch.Generator().manual_seed(M * 10 + R)
+    a, w1, w2 = torch.randn(M, D, generator=g), torch.randn(D, F, generator=g) / 4, torch.randn(F, D, generator=g) / 8
+    b1, b2, y0 = torch.randn(F, generator=g), torch.randn(D, generator=g), torch.randn(M, D, generator=g)
+    ahi, alo = (t.float().contiguous() for t in split_hi_lo(a))
+
+    def rows(w):
+        hi, lo = (t.float() for t in split_hi_lo(w))
+        return torch.stack([hi, lo], dim=1).reshape(2 * w.shape[0], w.shape[1]).contiguous()
+    y = y0.clone()
+    _ffn_phase_kernel[(R,)](ahi, alo, rows(w1), b1, rows(w2), b2, y, M, D, R, 16, BH, 16, 16)
+    d = lambda t: t.double()  # noqa: E731
+    h = torch.nn.functional.gelu((d(ahi) + d(alo)) @ d(w1) + d(b1))
+    ref = d(y0) + h @ d(w2) + d(b2)
+    err = ((d(y) - ref).abs() / (1 + ref.abs())).max().item()
+    assert err < 1e-4, f"max error {err}"
 
 
 def test_trace_is_refused_by_the_interpreter():

@@ -640,13 +640,9 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
     a_offs = tl.arange(0, BM)[:, None] * D + tl.arange(0, BK)[None, :]              # [BM, BK]
     w_offs = tl.arange(0, BK)[:, None] * (WROWS * F) + tl.arange(0, BH)[None, :]    # [BK, BH], hi rows of W1
     w2_offs = tl.arange(0, BH)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]  # [BH, BN2], hi rows of W2
-    if R == 1:  # constexpr bounds (the interpreter cannot loop to a bound computed from the rank)
-        for it in range(0, NI):
-            _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
-                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS)
-    else:
-        first = rank * TPP
-        for it in range(first, tl.minimum(first + TPP, NI)):
+    for i in range(0, TPP):  # constexpr trip count (the interpreter cannot loop to a bound computed from the rank)
+        it = rank * TPP + i
+        if it < NI:
             _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
                       M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS)
 
