@@ -139,6 +139,13 @@ SWEEP = {
     "ff_h64_n128": dict(ffn_fused=True, block_h=64, block_n2=128),
     "ff_nest": dict(ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64),
     "ff_ast1": dict(ffn_fused=True, attn_stages=1),
+    "ao": dict(attn_oproj=True),
+    "ao_ast1": dict(attn_oproj=True, attn_stages=1),
+    "ao_ff": dict(attn_oproj=True, ffn_fused=True),
+    "ao_ff_ast1": dict(attn_oproj=True, ffn_fused=True, attn_stages=1),
+    "ao_ff_nest": dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64),
+    "ao_nest": dict(attn_oproj=True, gemm_loop="nested", block_n=64, block_n_wide=64),
+    "ao_nest128": dict(attn_oproj=True, gemm_loop="nested", block_n=64),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

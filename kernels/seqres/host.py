@@ -61,7 +61,7 @@ class SeqresPrepared:
 
 def _barriers_per_layer(meta: dict) -> int:
     if meta["FLAT"]:
-        return int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF")))
+        return int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
     return int(BARRIERS_PER_LAYER.value)
 
 
@@ -234,6 +234,11 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     ff = bool(o["ffn_fused"])
     if ff and not flat:
         raise ValueError("seqres: ffn_fused=true needs gemm_loop=flat or nested (its A operand is the LN2 split)")
+    if o["attn_oproj"] not in (True, False):
+        raise ValueError(f"seqres: attn_oproj={o['attn_oproj']!r}: true or false")
+    ao = bool(o["attn_oproj"])
+    if ao and not (flat and o["attn_presplit"]):
+        raise ValueError("seqres: attn_oproj=true needs gemm_loop=flat or nested and attn_presplit=true")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
@@ -243,7 +248,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
         # .cg (L2) loads where other programs wrote the data, or (ffn_fused) where this program's atomics did
-        CM=".cg" if R > 1 or ff else "",
+        CM=".cg" if R > 1 or ff or ao else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
         FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
@@ -252,7 +257,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
-        FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D),
+        FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao,
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -518,7 +523,15 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
 
 PHASES_TILED = ("qkv", "attn", "oproj", "ffn1", "ffn2")
 PHASES_FLAT = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
-PHASES_FLAT_FF = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn")  # ffn_fused
+
+
+def flat_phases(meta: dict) -> tuple:
+    """Names of a flat layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds
+    its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn."""
+    names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")]
+    if meta.get("FF"):
+        names = names[:-2] + ["ffn"]
+    return tuple(names)
 
 
 def phase_profile(p: SeqresPrepared) -> dict:
@@ -531,7 +544,7 @@ def phase_profile(p: SeqresPrepared) -> dict:
     t = p.trace.double().cpu()
     t0 = t[:, 0].min()
     arr, dep = t[:, 1:-1:2], t[:, 2:-1:2]
-    names = (PHASES_FLAT_FF if p.meta.get("FF") else PHASES_FLAT) if p.meta["FLAT"] else PHASES_TILED
+    names = flat_phases(p.meta) if p.meta["FLAT"] else PHASES_TILED
     work = {"copy": float((arr[:, 0] - t[:, 0]).mean()) / 1e3}
     wait = {"copy": float((dep[:, 0] - arr[:, 0]).mean()) / 1e3}
     for i in range(1, arr.shape[1]):

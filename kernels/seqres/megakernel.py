@@ -260,14 +260,18 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                      G: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, R: tl.constexpr,
                      BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                     SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0):
+                     SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
+                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
+                     BN2: tl.constexpr = 64):
     """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
     2: fp32-held, interpreter). QS: q, k, v arrive pre-split by the QKV epilogue (hi at ``qkv_ptr``, lo at
     ``qlo_ptr``; 1: bf16, 2: fp32-held), so every dot is three dots on the parts (PREC is then the parts'
     input_precision) and only p is split here. AST > 0: software-pipelining depth of the attention loops
-    (their buffers set the kernel's shared memory when q, k, v are bf16 parts); 0: the kernel's num_stages."""
+    (their buffers set the kernel's shared memory when q, k, v are bf16 parts); 0: the kernel's num_stages.
+    AO (``attn_oproj``): each tile also multiplies its output by its head's rows of Wo and adds the product into
+    y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
@@ -277,12 +281,13 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
             t = i * R + rank
         if NT % R == 0:
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
-                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST)
+                            S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
+                            AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2)
         else:
             if t < NT:
                 _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
                                 qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
-                                AST)
+                                AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2)
 
 
 @triton.jit
@@ -331,7 +336,9 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                     CAUSAL: tl.constexpr, PREC: tl.constexpr,
                     BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                    SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0):
+                    SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
+                    AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
+                    BN2: tl.constexpr = 64):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
@@ -361,8 +368,42 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
                                              S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
     out = acc / l_i[:, None]
-    _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
-           mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
+    if AO:
+        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
+                         WROWS, BN2)
+    else:
+        _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+               mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
+
+
+@triton.jit
+def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
+                     D: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BDH: tl.constexpr,
+                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr):
+    """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0) with atomics, in BN2-wide column blocks:
+    ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
+    interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
+    o_hi, o_lo = split_bf16(out, SPLIT == 1)
+    offs_d = tl.arange(0, BDH)
+    mask_d = offs_d < DH
+    w_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]   # [BDH, BN2], hi rows
+    for n in range(0, (D + BN2 - 1) // BN2):
+        offs_n = n * BN2 + tl.arange(0, BN2)
+        mask_n = offs_n < D
+        wmask = mask_d[:, None] & mask_n[None, :]
+        w_hi = tl.load(wo_ptr + n * BN2 + w_offs, mask=wmask, other=0.0)
+        w_lo = tl.load(wo_ptr + D + n * BN2 + w_offs, mask=wmask, other=0.0)
+        if WROWS == 3:
+            w_hi2 = tl.load(wo_ptr + 2 * D + n * BN2 + w_offs, mask=wmask, other=0.0)
+        else:
+            w_hi2 = w_hi
+        o = tl.dot(o_lo, w_hi, tl.zeros((out.shape[0], BN2), tl.float32), input_precision=PREC)
+        o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
+        o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
+        bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
+        o += tl.where(hd == 0, bias, 0.0)[None, :]
+        tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
+                      sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -723,7 +764,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BDH: tl.constexpr, BD: tl.constexpr, BM_LN: tl.constexpr, CM: tl.constexpr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
-                AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr):
+                AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
+                AO: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -745,35 +787,39 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
-                         BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST)
+                         BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
+                         bo_ptr + l * D, y_ptr, WROWS, BN2)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                       row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0, NEST)
-    _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    if not AO:  # (AO: the attention tiles added their output projection into y)
+        _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                           row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
+                           NEST)
+        _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    b2: tl.constexpr = 3 - AO  # barriers before LN2's
     _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                 PRESPLIT, xlo_ptr)
-    _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    if FF:  # FFN1 + FFN2 in one phase (6 barriers per layer)
+    _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    if FF:  # FFN1 + FFN2 in one phase
         _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
                          w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
                          M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS)
-        _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
                            BM, BNF, BK, CM, WROWS, False, 0, NEST)
-        _sync(flags_ptr, rank, bar + 5, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
                            0, NEST)
-        _sync(flags_ptr, rank, bar + 6, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
-BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (6 with FF)
+BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (- FF - AO)
 
 
 @triton.jit(do_not_specialize=["epoch", "spin_limit"])
@@ -806,7 +852,7 @@ def _seqres_fwd(
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
-    FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
+    FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -820,7 +866,7 @@ def _seqres_fwd(
     M: tl.constexpr = G * S
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
-    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF) if FLAT else BARRIERS_PER_LAYER
+    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO) if FLAT else BARRIERS_PER_LAYER
     NBAR: tl.constexpr = 1 + L * NBL
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
@@ -837,7 +883,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale,
                         TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
