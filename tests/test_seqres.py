@@ -88,9 +88,13 @@ def test_odd_shape_passes_gate(causal):
     dict(ffn_fused=True),  # 4D = 192 hidden columns in 128-wide chunks: a ragged last chunk
     dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10),
     dict(ffn_fused=True, gemm_loop="nested", gelu="libdevice", seqs_per_program=2, block_m_ln=8),
+    dict(attn_oproj=True),  # D = 48 in 64-wide column blocks, 3 heads: head 0 adds the bias
+    dict(attn_oproj=True, ffn_fused=True, block_q=16, block_kv=16, block_n2=16, flag_barrier=True, spin_limit=10),
+    dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", presplit_rows=3, attn_stages=1),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2"])
+        "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
+        "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -145,6 +149,10 @@ def test_flag_epochs_match_barrier_count():
         p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
         v.run(p, x)
         assert p.epoch == 1 + 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
+    # the fusions drop a barrier each (oproj's; the one between FFN1 and FFN2): 1 + 5 L
+    p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, flag_barrier=True, spin_limit=10)
+    v.run(p, make_input(c, 1.0, 0, device=dev))
+    assert p.epoch == 1 + 5 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
 
 
 def test_unsupported_shapes_raise():
@@ -284,6 +292,30 @@ def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale():
 @needs_backend
 def test_ffn_fused_passes_gate_on_smoke1_at_every_scale():
     _check(load_case("smoke1"), dict(ffn_fused=True), SCALES, (0, 1))
+
+
+@needs_backend
+def test_attn_oproj_with_ffn_fused_passes_gate_on_smoke1_at_every_scale():
+    _check(load_case("smoke1"), dict(attn_oproj=True, ffn_fused=True), SCALES, (0, 1))
+
+
+def test_attn_oproj_needs_presplit_attention_and_a_bool():
+    with pytest.raises(ValueError, match="attn_presplit"):
+        prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=True, attn_presplit=False)
+    with pytest.raises(ValueError, match="true or false"):
+        prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=1.5)
+    meta = prepare_meta(load_case("case06"), n_sm=132, attn_oproj=True)[0]
+    assert meta["AO"] and meta["R"] == 1 and meta["CM"] == ".cg"  # atomics into y: later loads from L2
+
+
+def test_flat_phase_names_follow_the_fusions():
+    from kernels.seqres.host import _barriers_per_layer, flat_phases
+    for ao in (False, True):
+        for ff in (False, True):
+            meta = dict(FLAT=1, AO=ao, FF=ff)
+            names = flat_phases(meta)
+            assert len(names) == _barriers_per_layer(meta) == 7 - ao - ff
+            assert ("oproj" in names) != ao and ("ffn" in names) == ff and ("ffn1" in names) != ff
 
 
 def test_ffn_fused_needs_a_flat_loop_and_a_bool():
