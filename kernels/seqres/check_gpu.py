@@ -146,6 +146,12 @@ SWEEP = {
     "ao_ff_nest": dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64),
     "ao_nest": dict(attn_oproj=True, gemm_loop="nested", block_n=64, block_n_wide=64),
     "ao_nest128": dict(attn_oproj=True, gemm_loop="nested", block_n=64),
+    "g2_ao_ff_ast1": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, attn_stages=1),
+    "g2_ao_ff_nest": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
+                          block_n_wide=64),
+    "g4_ao_ff_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, attn_stages=1),
+    "g4_ao_ff_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
+                          block_n_wide=64),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
