@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 import yaml
 
@@ -15,6 +16,7 @@ from ..common.split import split_hi_lo
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
+
 from .megakernel import BARRIERS_PER_LAYER, BARRIERS_PER_LAYER_FLAT, _seqres_fwd
 
 PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
@@ -299,7 +301,8 @@ def tune_candidates(params: dict) -> list[tuple[dict, dict]]:
 def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared:
     """Prepare every candidate, time each (CUDA events around single launches after an L2 flush, rounds
     interleaved across candidates, median per candidate) and keep ``pick_candidate``'s choice. Candidates
-    that the case does not support (``Unsupported``, ``ValueError``) are skipped and recorded; the first
+    that the case does not support (``Unsupported``, ``ValueError``, or a kernel that does not fit:
+    ``OutOfResources``) are skipped and recorded; the first
     (the parameters as given) must work. Untimed by SPEC §5 (prepare)."""
     import statistics
     margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
@@ -310,7 +313,7 @@ def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared
             raise TypeError(f"seqres: tune candidate {over} has unknown parameters {sorted(unknown)}")
         try:
             p = prepare_one(case, weights, **full)
-        except (Unsupported, ValueError) as e:
+        except (Unsupported, ValueError, OutOfResources) as e:  # (a candidate that does not fit the GPU)
             if i == 0:
                 raise
             skipped.append({"params": over, "reason": str(e)[:300]})
