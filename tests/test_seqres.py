@@ -91,10 +91,15 @@ def test_odd_shape_passes_gate(causal):
     dict(attn_oproj=True),  # D = 48 in 64-wide column blocks, 3 heads: head 0 adds the bias
     dict(attn_oproj=True, ffn_fused=True, block_q=16, block_kv=16, block_n2=16, flag_barrier=True, spin_limit=10),
     dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", presplit_rows=3, attn_stages=1),
+    dict(attn_oproj=True, ffn_fused=True, ln_fold=True),
+    dict(attn_oproj=True, ffn_fused=True, ln_fold=True, block_q=16, block_kv=16, block_n2=16, block_h=64, block_m=16,
+         flag_barrier=True, spin_limit=10),
+    dict(attn_oproj=True, ffn_fused=True, ln_fold=True, seqs_per_program=2, gemm_loop="nested", block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
-        "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows"])
+        "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
+        "ln-fold-G2-nested"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -153,6 +158,15 @@ def test_flag_epochs_match_barrier_count():
     p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, flag_barrier=True, spin_limit=10)
     v.run(p, make_input(c, 1.0, 0, device=dev))
     assert p.epoch == 1 + 5 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    # ln_fold drops both LayerNorm phases (1 + 3 L); its row-block counters grow by H per layer (attention:
+    # one per head) and by the hidden chunks per layer (FFN), per launch
+    p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_fold=True, flag_barrier=True, spin_limit=10)
+    for n in (1, 2):
+        v.run(p, make_input(c, 1.0, n, device=dev))
+        assert p.epoch == n * (1 + 3 * c.L) and p.cepoch == n and int(p.err.item()) == 0
+        nqb = c.S // p.meta["BQ"] + (c.S % p.meta["BQ"] > 0)
+        nc = -(-4 * c.D // p.meta["BH"])
+        assert torch.all(p.cnt[:, :nqb] == n * c.L * c.H) and torch.all(p.cnt[:, nqb:] == n * c.L * nc)
 
 
 def test_unsupported_shapes_raise():
@@ -299,6 +313,20 @@ def test_attn_oproj_with_ffn_fused_passes_gate_on_smoke1_at_every_scale():
     _check(load_case("smoke1"), dict(attn_oproj=True, ffn_fused=True), SCALES, (0, 1))
 
 
+@needs_backend
+def test_ln_fold_passes_gate_on_smoke1_at_every_scale():
+    """(check_variant launches the same prepared kernel once per scale and seed: the row-block counters'
+    targets must follow the launch count, or a row block's LayerNorm is skipped and the gate fails)"""
+    _check(load_case("smoke1"), dict(attn_oproj=True, ffn_fused=True, ln_fold=True), SCALES, (0, 1))
+
+
+def test_ln_fold_needs_both_fusions():
+    with pytest.raises(ValueError, match="attn_oproj=true and ffn_fused=true"):
+        prepare_meta(load_case("smoke1"), n_sm=132, ln_fold=True, ffn_fused=True)
+    meta = prepare_meta(load_case("case11"), n_sm=132, ln_fold=True, ffn_fused=True, attn_oproj=True)[0]
+    assert meta["NCNT"] == -(-256 // meta["BQ"]) + 256 // meta["BM"]  # query blocks + FFN row blocks
+
+
 def test_attn_oproj_needs_presplit_attention_and_a_bool():
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=True, attn_presplit=False)
@@ -316,6 +344,8 @@ def test_flat_phase_names_follow_the_fusions():
             names = flat_phases(meta)
             assert len(names) == _barriers_per_layer(meta) == 7 - ao - ff
             assert ("oproj" in names) != ao and ("ffn" in names) == ff and ("ffn1" in names) != ff
+    meta = dict(FLAT=1, AO=True, FF=True, LNF=True)
+    assert flat_phases(meta) == ("qkv", "attn", "ffn") and _barriers_per_layer(meta) == 3
 
 
 def test_ffn_fused_needs_a_flat_loop_and_a_bool():
@@ -358,6 +388,44 @@ def test_ffn_fused_phase_adds_each_hidden_chunk_once(M, D, R, BH):
     ref = d(y0) + h @ d(w2) + d(b2)
     err = ((d(y) - ref).abs() / (1 + ref.abs())).max().item()
     assert err < 1e-4, f"max error {err}"
+
+
+@triton.jit
+def _ffn_phase_ln_kernel(xhi, xlo, w1, b1, w2, b2, y, cnt, lnw, lnb, M: tl.constexpr, D: tl.constexpr,
+                         R: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr):
+    """The fused FFN phase with ln_fold (not the last layer): the last item of each row block writes LN(y) of
+    its rows over the split A operand."""
+    NC: tl.constexpr = 4 * D // BH
+    _ffn_fused_phase(xhi, xlo, w1, b1, w2, b2, y, 0, tl.program_id(0), M, D, 1, "ieee", 2, R, BM, BH, 16, 16,
+                     "", 2, 1, cnt, NC, lnw, lnb, lnw, lnb, False, 8, BD)
+
+
+@pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
+@pytest.mark.parametrize("R", [1, 3, 8])
+def test_ffn_fused_ln_fold_normalises_each_row_block_once_complete(R):
+    """Items of 2 row blocks x 4 hidden chunks over R programs (in order, as the interpreter runs them): the
+    split operand must hold LN(y_final) on every row, written after the row block's last item read it."""
+    from kernels.common.split import split_hi_lo
+    M, D, BM, BH = 32, 16, 16, 16
+    F = 4 * D
+    g = torch.Generator().manual_seed(R)
+    a, w1, w2 = torch.randn(M, D, generator=g), torch.randn(D, F, generator=g) / 4, torch.randn(F, D, generator=g) / 8
+    b1, b2, y0 = torch.randn(F, generator=g), torch.randn(D, generator=g), torch.randn(M, D, generator=g)
+    lnw, lnb = 1 + 0.1 * torch.randn(D, generator=g), 0.1 * torch.randn(D, generator=g)
+    ahi, alo = (t.float().contiguous() for t in split_hi_lo(a))
+
+    def rows(w):
+        hi, lo = (t.float() for t in split_hi_lo(w))
+        return torch.stack([hi, lo], dim=1).reshape(2 * w.shape[0], w.shape[1]).contiguous()
+    y, cnt = y0.clone(), torch.zeros(M // BM, dtype=torch.int32)
+    xhi, xlo = ahi.clone(), alo.clone()
+    _ffn_phase_ln_kernel[(R,)](xhi, xlo, rows(w1), b1, rows(w2), b2, y, cnt, lnw, lnb, M, D, R, BM, BH, D)
+    d = lambda t: t.double()  # noqa: E731
+    ref = d(y0) + torch.nn.functional.gelu((d(ahi) + d(alo)) @ d(w1) + d(b1)) @ d(w2) + d(b2)
+    assert ((d(y) - ref).abs() / (1 + ref.abs())).max().item() < 1e-4
+    ln = torch.nn.functional.layer_norm(d(y), (D,), d(lnw), d(lnb), eps=1e-5)
+    assert (d(xhi) + d(xlo) - ln).abs().max().item() < 1e-4
+    assert torch.all(cnt == F // BH)
 
 
 def test_trace_is_refused_by_the_interpreter():

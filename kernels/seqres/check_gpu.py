@@ -152,6 +152,13 @@ SWEEP = {
     "g4_ao_ff_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, attn_stages=1),
     "g4_ao_ff_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
                           block_n_wide=64),
+    # ln_fold (session 6, not yet run on a GPU): the fusions without LayerNorm phases (3 barriers per layer)
+    "lnf_ast1": dict(attn_oproj=True, ffn_fused=True, ln_fold=True, attn_stages=1),
+    "lnf_nest": dict(attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested", block_n=64, block_n_wide=64),
+    "g2_lnf_nest": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
+                        block_n=64, block_n_wide=64),
+    "g4_lnf_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
+                        block_n=64, block_n_wide=64),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

@@ -52,6 +52,8 @@ class SeqresPrepared:
     spin_limit: int
     info: dict = field(default_factory=dict)
     epoch: int = 0
+    cnt: object = None       # [n_groups, NCNT] int32 row-block counters (meta LNF), else a 1-column dummy
+    cepoch: int = 0          # launches counted on cnt
     kernel: object = None    # the compiled kernel (CUDA; None: every launch goes through Triton's JIT dispatch)
     runner: object = None    # kernel[grid]: ``launch`` calls it with the runtime arguments + ``const_args``
     const_args: list = field(default_factory=list)  # the constexpr arguments in signature order (from ``S`` on)
@@ -63,7 +65,8 @@ class SeqresPrepared:
 
 def _barriers_per_layer(meta: dict) -> int:
     if meta["FLAT"]:
-        return int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
+        return (int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
+                - 2 * int(bool(meta.get("LNF"))))
     return int(BARRIERS_PER_LAYER.value)
 
 
@@ -241,6 +244,12 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     ao = bool(o["attn_oproj"])
     if ao and not (flat and o["attn_presplit"]):
         raise ValueError("seqres: attn_oproj=true needs gemm_loop=flat or nested and attn_presplit=true")
+    if o["ln_fold"] not in (True, False):
+        raise ValueError(f"seqres: ln_fold={o['ln_fold']!r}: true or false")
+    lnf = bool(o["ln_fold"])
+    if lnf and not (ao and ff):
+        raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
+                         "do the LayerNorms)")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
@@ -259,10 +268,13 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
-        FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao,
+        FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
+        NCNT=0,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
+    if lnf:  # a counter per (sequence, query block) and one per FFN row block
+        meta["NCNT"] = G * -(-S // meta["BQ"]) + -(-M // bm)
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
     if int(o["maxnreg"]) > 0:  # register cap per thread (ptxas), e.g. to fit more CTAs per SM
         launch["maxnreg"] = int(o["maxnreg"])
@@ -394,6 +406,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
             flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
+            cnt=torch.zeros(n_groups, max(1, meta["NCNT"]), device=dev, dtype=torch.int32),
             trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
                               dtype=torch.int64),
             err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
@@ -491,13 +504,15 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     With ``p.kernel`` (prepared on CUDA) the compiled binary is launched directly when x and y have the
     16-byte alignment it was specialized for (torch allocations do); otherwise through Triton's JIT dispatch."""
     spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
-    args = (x, y, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale)
+    args = (x, y, *_scratch_args(p), *p.tensors, p.flags, p.cnt, p.err, p.trace, spin, p.epoch, p.cepoch,
+            p.qk_scale)
     if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
         p.runner(*args, *p.const_args)
         k = p.kernel
     else:
         k = _seqres_fwd[p.grid](*args, **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
+    p.cepoch += 1
     return k
 
 
@@ -514,6 +529,10 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
     if p.epoch + p.barriers_per_launch >= limit:
         p.flags.zero_()
         p.epoch = 0
+    # row-block counters (ln_fold) grow by L * (H or the FFN's hidden chunks) per launch
+    if (p.cepoch + 1) * p.case.L * max(p.case.H, 4 * p.case.D) >= _EPOCH_LIMIT:
+        p.cnt.zero_()
+        p.cepoch = 0
     y = torch.empty_like(x)
     launch(p, x, y)
     if p.spin_limit > 0:
@@ -530,8 +549,10 @@ PHASES_FLAT = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
 
 def flat_phases(meta: dict) -> tuple:
     """Names of a flat layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds
-    its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn."""
-    names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")]
+    its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn, ``ln_fold`` drops ln1 and ln2 (the last
+    arrivals of the attention and FFN phases normalise)."""
+    names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")
+             and not (meta.get("LNF") and n in ("ln1", "ln2"))]
     if meta.get("FF"):
         names = names[:-2] + ["ffn"]
     return tuple(names)

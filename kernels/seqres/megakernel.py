@@ -89,6 +89,38 @@ def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr
 
 
 @triton.jit
+def _ln_rows(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, r_first, n_rows, r_end,
+             D: tl.constexpr, NR: tl.constexpr, BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
+             SPLIT: tl.constexpr):
+    """dst = LN(src) for rows r_first .. r_first + NR (those below r_end; NR a constexpr), in BM_LN-row blocks:
+    the split A operand (SPLIT 1/2) or, SPLIT 0, fp32 in place of the final LayerNorm. (``ln_fold``)"""
+    offs_d = tl.arange(0, BD)
+    mask_d = offs_d < D
+    w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
+    b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
+    for i in range(0, (NR + BM_LN - 1) // BM_LN):
+        rows = r_first + i * BM_LN + tl.arange(0, BM_LN)
+        mask = (rows < r_end)[:, None] & mask_d[None, :]
+        x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
+        x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
+        if SPLIT:
+            _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
+        else:
+            tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
+
+
+@triton.jit
+def _last_arrival(cnt_ptr, target):
+    """This CTA's part of a row block is done (its atomics into y issued by every thread): count it on the row
+    block's counter (acq_rel, gpu scope) and return whether it was the last part (the counter reached
+    ``target``), so the caller may read the complete rows. Counters only grow (``ln_fold``)."""
+    tl.debug_barrier()
+    old = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()
+    return old == target - 1
+
+
+@triton.jit
 def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 dst_ptr,            # [*, D] fp32 (SPLIT: the hi part)
                 w_ptr, b_ptr,       # [D] LayerNorm weight / bias (used when LN)
@@ -262,7 +294,8 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
                      SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
-                     BN2: tl.constexpr = 64):
+                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
+                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
@@ -271,7 +304,9 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
     input_precision) and only p is split here. AST > 0: software-pipelining depth of the attention loops
     (their buffers set the kernel's shared memory when q, k, v are bf16 parts); 0: the kernel's num_stages.
     AO (``attn_oproj``): each tile also multiplies its output by its head's rows of Wo and adds the product into
-    y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``)."""
+    y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``).
+    LNF (``ln_fold``, with AO): the last of the H tiles of a (sequence, query block) to finish normalises its
+    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
@@ -282,12 +317,14 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
         if NT % R == 0:
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
-                            AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2)
+                            AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
+                            BM_LN, BD)
         else:
             if t < NT:
                 _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
                                 qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
-                                AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2)
+                                AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
+                                lnb_ptr, BM_LN, BD)
 
 
 @triton.jit
@@ -338,7 +375,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     BQ: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
                     SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
-                    BN2: tl.constexpr = 64):
+                    BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
+                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
@@ -371,6 +409,11 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     if AO:
         _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
                          WROWS, BN2)
+        if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
+            NQB: tl.constexpr = (S + BQ - 1) // BQ
+            if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
+                _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, BQ, base + S, D, BQ, BM_LN, BD,
+                         ".cg", SPLIT_OUT)
     else:
         _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
                mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
@@ -667,13 +710,18 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
                      row0, rank,
                      M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr,
                      PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr,
-                     BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr):
+                     BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr,
+                     LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None, lnb_ptr=None,
+                     lnfw_ptr=None, lnfb_ptr=None, last=False, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """FFN1 and FFN2 in one phase (``ffn_fused``), split over the hidden dimension: work item (tm, c) computes
     h = GELU(A[tm] @ W1[:, c] + b1[c]) for row block tm and hidden chunk c (BH columns; K loop over D),
     splits h into bf16 hi/lo in registers and adds h @ W2[c, :] (three dots of K = BH per BN2-wide column
     block) into y with atomics; chunk 0 adds b2. No f scratch and no barrier between FFN1 and FFN2; y is
     not read in this phase (the A operand is the LN2 split), so the in-place atomic adds are safe.
-    Items are shared out as contiguous runs over the R programs."""
+    Items are shared out as contiguous runs over the R programs. LNF (``ln_fold``): the last item of a row block
+    to finish normalises its rows of y (a counter per row block, ``cnt_ptr``): with the next layer's LN1
+    (``lnw_ptr``, ``lnb_ptr``) into the split A operand at ``xhi_ptr``/``xlo_ptr`` (the rows' items are done
+    reading it), or, in the ``last`` layer, with the final LayerNorm in place."""
     F: tl.constexpr = 4 * D
     NC: tl.constexpr = (F + BH - 1) // BH
     NI: tl.constexpr = ((M + BM - 1) // BM) * NC
@@ -686,6 +734,15 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
         if it < NI:
             _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
                       M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS)
+            if LNF:
+                tm = it // NC
+                if _last_arrival(cnt_ptr + tm, cnt_target):
+                    if last:
+                        _ln_rows(y_ptr, y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0 + tm * BM, BM, row0 + M, D, BM,
+                                 BM_LN, BD, ".cg", 0)
+                    else:
+                        _ln_rows(y_ptr, xhi_ptr, xlo_ptr, lnw_ptr, lnb_ptr, row0 + tm * BM, BM, row0 + M, D, BM,
+                                 BM_LN, BD, ".cg", PRESPLIT)
 
 
 @triton.jit
@@ -758,6 +815,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                 ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                 flags_ptr, err_ptr, spin_limit, trace_ptr, l, bar, row0, rank, qk_scale,
+                cnt_ptr, cepoch, lnfw_ptr, lnfb_ptr, L: tl.constexpr, LNF: tl.constexpr,
                 TRACE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
                 CAUSAL: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr,
@@ -772,9 +830,14 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN]."""
     M: tl.constexpr = G * S
-    _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                PRESPLIT, xlo_ptr)
-    _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    NQB: tl.constexpr = (S + BQ - 1) // BQ
+    NC: tl.constexpr = (4 * D + BH - 1) // BH
+    if LNF:  # LN1 came from the copy phase (layer 0) or the previous layer's FFN phase
+        bar = bar - 1
+    else:
+        _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
+                    PRESPLIT, xlo_ptr)
+        _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
@@ -788,7 +851,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
-                         bo_ptr + l * D, y_ptr, WROWS, BN2)
+                         bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
@@ -799,14 +863,20 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                            NEST)
         _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     b2: tl.constexpr = 3 - AO  # barriers before LN2's
-    _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                PRESPLIT, xlo_ptr)
-    _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    if LNF:  # LN2 came from the attention phase's last arrivals
+        b2f: tl.constexpr = b2 - 1
+    else:
+        b2f: tl.constexpr = b2
+        _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
+                    PRESPLIT, xlo_ptr)
+        _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FF:  # FFN1 + FFN2 in one phase
         _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
                          w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
-                         M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS)
-        _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+                         M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS,
+                         LNF, cnt_ptr + G * NQB, (cepoch * L + l + 1) * NC, ln1w_ptr + (l + 1) * D,
+                         ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD)
+        _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
@@ -822,7 +892,7 @@ BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
 BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (- FF - AO)
 
 
-@triton.jit(do_not_specialize=["epoch", "spin_limit"])
+@triton.jit(do_not_specialize=["epoch", "cepoch", "spin_limit"])
 def _seqres_fwd(
     x_ptr,                  # [B*S, D] fp32 input (read once)
     y_ptr,                  # [B*S, D] fp32 output; the residual stream during the pass
@@ -839,10 +909,12 @@ def _seqres_fwd(
     w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
     lnfw_ptr, lnfb_ptr,     # [D]
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
+    cnt_ptr,                # [n_groups, G*NQB + NTM] int32, monotonic row-block counters (LNF; else unused)
     err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
     trace_ptr,              # [grid, 2 * barriers + 2] int64 phase timestamps (TRACE; else unused)
     spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
     epoch,                  # flags value before this launch; barrier i waits for epoch + 1 + i
+    cepoch,                 # launches counted on cnt before this one (LNF)
     qk_scale,               # log2(e) / sqrt(DH)
     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, L: tl.constexpr,
     L_FAST: tl.constexpr, G: tl.constexpr, CAUSAL: tl.constexpr,
@@ -852,7 +924,7 @@ def _seqres_fwd(
     LN_STATS: tl.constexpr, LN_CHUNK: tl.constexpr, BLOCKED: tl.constexpr, PRESPLIT: tl.constexpr,
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
-    FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr,
+    FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -866,7 +938,7 @@ def _seqres_fwd(
     M: tl.constexpr = G * S
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
-    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO) if FLAT else BARRIERS_PER_LAYER
+    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * LNF) if FLAT else BARRIERS_PER_LAYER
     NBAR: tl.constexpr = 1 + L * NBL
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
@@ -874,6 +946,8 @@ def _seqres_fwd(
         trace_ptr = trace_row + 1 - 2 * (epoch + 1)
 
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
+    if LNF:  # layer 0's LN1 split straight from x (the same rows; x is never written)
+        _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr)
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
@@ -881,8 +955,8 @@ def _seqres_fwd(
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
-                        epoch + 2 + NBL * l, row0, rank, qk_scale,
-                        TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
+                        epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
+                        L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
                         PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO)
     else:
         if L_FAST < L:
@@ -902,6 +976,7 @@ def _seqres_fwd(
                        TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                        LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
-    _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
+    if not LNF:  # (LNF: the last layer's FFN phase did, per row block)
+        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
     if TRACE:
         tl.store(trace_row + 2 * NBAR + 1, _now(pid))
