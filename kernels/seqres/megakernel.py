@@ -429,20 +429,11 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
     o_hi, o_lo = split_bf16(out, SPLIT == 1)
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
-    w_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]   # [BDH, BN2], hi rows
     for n in range(0, (D + BN2 - 1) // BN2):
         offs_n = n * BN2 + tl.arange(0, BN2)
         mask_n = offs_n < D
-        wmask = mask_d[:, None] & mask_n[None, :]
-        w_hi = tl.load(wo_ptr + n * BN2 + w_offs, mask=wmask, other=0.0)
-        w_lo = tl.load(wo_ptr + D + n * BN2 + w_offs, mask=wmask, other=0.0)
-        if WROWS == 3:
-            w_hi2 = tl.load(wo_ptr + 2 * D + n * BN2 + w_offs, mask=wmask, other=0.0)
-        else:
-            w_hi2 = w_hi
-        o = tl.dot(o_lo, w_hi, tl.zeros((out.shape[0], BN2), tl.float32), input_precision=PREC)
-        o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
-        o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
+        o = _dot_presplit(tl.zeros((out.shape[0], BN2), tl.float32), o_hi, o_lo, wo_ptr, hd * DH + offs_d, offs_n,
+                          mask_d[:, None] & mask_n[None, :], D, PREC, WROWS)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
         o += tl.where(hd == 0, bias, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
