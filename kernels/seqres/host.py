@@ -16,7 +16,6 @@ from ..common.split import split_hi_lo
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
-
 from .megakernel import BARRIERS_PER_LAYER, BARRIERS_PER_LAYER_FLAT, _seqres_fwd
 
 PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
@@ -258,7 +257,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BM=bm, BN=bn, BK=bk,
         BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
-        # .cg (L2) loads where other programs wrote the data, or (ffn_fused) where this program's atomics did
+        # .cg (L2) loads where other programs wrote the data, or where this program's atomics did (the fusions)
         CM=".cg" if R > 1 or ff or ao else "",
         LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
         BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,

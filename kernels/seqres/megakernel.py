@@ -70,11 +70,26 @@ def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
 
 
 @triton.jit
+def _w_parts(ptrs, mask, N: tl.constexpr, WROWS: tl.constexpr):
+    """The three weight tiles of a bf16x3 product from presplit rows, ``ptrs`` at the hi rows (row stride
+    WROWS * N): (hi, lo, hi) — WROWS 3 loads the second hi row, WROWS 2 reuses the first. ``mask`` None:
+    unmasked loads (the tile lies inside the weight)."""
+    w_hi = _load_tile(ptrs, mask, "")
+    w_lo = _load_tile(ptrs + N, mask, "")
+    if WROWS == 3:
+        w_hi2 = _load_tile(ptrs + 2 * N, mask, "")
+    else:
+        w_hi2 = w_hi
+    return w_hi, w_lo, w_hi2
+
+
+@triton.jit
 def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr, PREC: tl.constexpr,
                   WROWS: tl.constexpr = 3):
     """acc + a @ w in bf16x3 on a weight split once by prepare: a_lo @ w_hi + a_hi @ w_lo + a_hi @ w_hi,
     smallest terms first. WROWS 3: rows 3k, 3k+1, 3k+2 = hi, lo, hi of row k ([3K, N]), each weight load feeds
     exactly one dot; WROWS 2: rows 2k, 2k+1 = hi, lo ([2K, N]: a third fewer bytes), the hi tile feeds two."""
+    # (loads written out, not through _w_parts: that changed the tiled path's generated code)
     w_ptrs = w_ptr + (WROWS * offs_k)[:, None] * N + offs_n[None, :]
     w_hi = tl.load(w_ptrs, mask=wmask, other=0.0)                                         # [BK, BN]
     w_lo = tl.load(w_ptrs + N, mask=wmask, other=0.0)
@@ -89,24 +104,33 @@ def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr
 
 
 @triton.jit
-def _ln_rows(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, r_first, n_rows, r_end,
+def _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, mask, offs_d, mask_d,
+               D: tl.constexpr, LN: tl.constexpr, CM: tl.constexpr, SPLIT: tl.constexpr):
+    """dst[rows] = LN(src[rows]) (or a copy), a [BM_LN, BD] block: as hi/lo parts (SPLIT 1: bf16, 2: fp32-held)
+    or fp32 (SPLIT 0)."""
+    x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
+    if LN:
+        w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
+        b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
+        x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
+    if SPLIT:
+        _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
+    else:  # kept out of the helper: routing it through _store changed the tiled path's register allocation
+        tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
+
+
+@triton.jit
+def _ln_rows(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, r_first, r_end,
              D: tl.constexpr, NR: tl.constexpr, BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
              SPLIT: tl.constexpr):
     """dst = LN(src) for rows r_first .. r_first + NR (those below r_end; NR a constexpr), in BM_LN-row blocks:
     the split A operand (SPLIT 1/2) or, SPLIT 0, fp32 in place of the final LayerNorm. (``ln_fold``)"""
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
-    w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
-    b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
     for i in range(0, (NR + BM_LN - 1) // BM_LN):
         rows = r_first + i * BM_LN + tl.arange(0, BM_LN)
-        mask = (rows < r_end)[:, None] & mask_d[None, :]
-        x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
-        x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
-        if SPLIT:
-            _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
-        else:
-            tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
+        _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, (rows < r_end)[:, None] & mask_d[None, :], offs_d,
+                   mask_d, D, True, CM, SPLIT)
 
 
 @triton.jit
@@ -138,17 +162,8 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
         t = i * R + rank
         # rows past M are masked, so a tile index past NT (when R does not divide NT) is a no-op
         offs_m = t * BM_LN + tl.arange(0, BM_LN)
-        rows = row0 + offs_m
-        mask = (offs_m < M)[:, None] & mask_d[None, :]
-        x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
-        if LN:
-            w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
-            b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
-            x = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
-        if SPLIT:
-            _store(dst_ptr, dlo_ptr, rows[:, None] * D + offs_d[None, :], mask, x, SPLIT)
-        else:  # kept out of the helper: routing it through _store changed the tiled path's register allocation
-            tl.store(dst_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
+        _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, (offs_m < M)[:, None] & mask_d[None, :],
+                   offs_d, mask_d, D, LN, CM, SPLIT)
 
 
 @triton.jit
@@ -412,7 +427,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
         if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
             NQB: tl.constexpr = (S + BQ - 1) // BQ
             if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
-                _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, BQ, base + S, D, BQ, BM_LN, BD,
+                _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
                          ".cg", SPLIT_OUT)
     else:
         _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
@@ -429,11 +444,14 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
     o_hi, o_lo = split_bf16(out, SPLIT == 1)
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
+    w_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]   # [BDH, BN2], hi rows
     for n in range(0, (D + BN2 - 1) // BN2):
         offs_n = n * BN2 + tl.arange(0, BN2)
         mask_n = offs_n < D
-        o = _dot_presplit(tl.zeros((out.shape[0], BN2), tl.float32), o_hi, o_lo, wo_ptr, hd * DH + offs_d, offs_n,
-                          mask_d[:, None] & mask_n[None, :], D, PREC, WROWS)
+        w_hi, w_lo, w_hi2 = _w_parts(wo_ptr + n * BN2 + w_offs, mask_d[:, None] & mask_n[None, :], D, WROWS)
+        o = tl.dot(o_lo, w_hi, tl.zeros((out.shape[0], BN2), tl.float32), input_precision=PREC)
+        o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
+        o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
         o += tl.where(hd == 0, bias, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
@@ -729,10 +747,10 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
                 tm = it // NC
                 if _last_arrival(cnt_ptr + tm, cnt_target):
                     if last:
-                        _ln_rows(y_ptr, y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0 + tm * BM, BM, row0 + M, D, BM,
+                        _ln_rows(y_ptr, y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0 + tm * BM, row0 + M, D, BM,
                                  BM_LN, BD, ".cg", 0)
                     else:
-                        _ln_rows(y_ptr, xhi_ptr, xlo_ptr, lnw_ptr, lnb_ptr, row0 + tm * BM, BM, row0 + M, D, BM,
+                        _ln_rows(y_ptr, xhi_ptr, xlo_ptr, lnw_ptr, lnb_ptr, row0 + tm * BM, row0 + M, D, BM,
                                  BM_LN, BD, ".cg", PRESPLIT)
 
 
@@ -773,26 +791,15 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
     rows = row0 + offs_m
     for n in range(0, NT2):
         offs_n = n * BN2 + tl.arange(0, BN2)
-        w2p = w2_ptr + c * (BH * WROWS * D) + n * BN2 + w2_offs
         if EVEN2:
-            w2_hi = tl.load(w2p)
-            w2_lo = tl.load(w2p + D)
-            if WROWS == 3:
-                w2_hi2 = tl.load(w2p + 2 * D)
-            else:
-                w2_hi2 = w2_hi
-            b2 = tl.load(b2_ptr + offs_n)
+            wmask = None
             omask = None
+            b2 = tl.load(b2_ptr + offs_n)
         else:
             wmask = (offs_h < F)[:, None] & (offs_n < D)[None, :]
-            w2_hi = tl.load(w2p, mask=wmask, other=0.0)
-            w2_lo = tl.load(w2p + D, mask=wmask, other=0.0)
-            if WROWS == 3:
-                w2_hi2 = tl.load(w2p + 2 * D, mask=wmask, other=0.0)
-            else:
-                w2_hi2 = w2_hi
-            b2 = tl.load(b2_ptr + offs_n, mask=offs_n < D, other=0.0)
             omask = (offs_m < M)[:, None] & (offs_n < D)[None, :]
+            b2 = tl.load(b2_ptr + offs_n, mask=offs_n < D, other=0.0)
+        w2_hi, w2_lo, w2_hi2 = _w_parts(w2_ptr + c * (BH * WROWS * D) + n * BN2 + w2_offs, wmask, D, WROWS)
         out = tl.zeros((BM, BN2), tl.float32)
         out = tl.dot(h_lo, w2_hi, out, input_precision=PREC)
         out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
@@ -880,7 +887,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
-BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (- FF - AO)
+BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (- FF - AO - 2 LNF)
 
 
 @triton.jit(do_not_specialize=["epoch", "cepoch", "spin_limit"])
