@@ -476,6 +476,38 @@ def test_direct_launch_passes_every_constexpr_in_signature_order():
     assert constexpr_args(meta) == [meta[n] for n in names[names.index("S"):]]
 
 
+@needs_backend
+@pytest.mark.parametrize("params", [{}, dict(attn_oproj=True, ffn_fused=True, ln_fold=True)], ids=["defaults", "ln_fold"])
+def test_compile_and_launch_pass_the_same_runtime_arguments(params, monkeypatch):
+    """compile_only (CUDA only: Triton's warmup) and launch take their runtime arguments from one list, and that
+    list with the constexprs binds to the kernel's signature (a warmup call missing an argument once broke every
+    GPU prepare while the interpreter tests passed)."""
+    import inspect
+    from types import SimpleNamespace
+    from kernels.seqres import host
+    from kernels.seqres.megakernel import _seqres_fwd
+    case = load_case("smoke1")
+    w = make_weights(case, device=torch.device(_device()))
+    p = get_variant("seqres").prepare(case, w, **params)
+    seen = {}
+
+    def warmup(*args, grid, **kw):
+        seen["args"], seen["kw"] = args, kw
+        raise RuntimeError("stop")
+    monkeypatch.setattr(host, "_seqres_fwd", SimpleNamespace(warmup=warmup))
+    with pytest.raises(RuntimeError, match="stop"):
+        host.compile_only(p)
+    monkeypatch.undo()
+    sig = inspect.signature(_seqres_fwd.fn)
+    launch_opts = {k: v for k, v in seen["kw"].items() if k not in sig.parameters}
+    assert set(launch_opts) == set(p.launch)
+    sig.bind(*seen["args"], **{k: v for k, v in seen["kw"].items() if k in sig.parameters})
+    x = p.scratch["a"]
+    runtime = host.runtime_args(p, x, x)
+    assert len(runtime) == list(_seqres_fwd.arg_names).index("S") == len(seen["args"])
+    sig.bind(*runtime, *host.constexpr_args(p.meta))
+
+
 @triton.jit
 def _flat_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr):

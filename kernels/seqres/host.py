@@ -469,11 +469,20 @@ def _scratch_args(p: SeqresPrepared) -> tuple:
     return s["a"], s["qkv"], s["f"], s["x_hi"], s["x_lo"], s["f_hi"], s["f_lo"]
 
 
+def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int | None = None) -> tuple:
+    """The non-constexpr arguments of ``_seqres_fwd`` in signature order, for ``launch`` and ``compile_only``
+    alike (one list, so the compile and the launch cannot drift apart; ``tests/test_seqres.py`` binds it to the
+    kernel's signature)."""
+    if spin is None:
+        spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
+    return (x, y, *_scratch_args(p), *p.tensors, p.flags, p.cnt, p.err, p.trace, spin, p.epoch, p.cepoch,
+            p.qk_scale)
+
+
 def compile_only(p: SeqresPrepared):
     """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
     x = p.scratch["a"]
-    k = _seqres_fwd.warmup(x, x, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace,
-                           1, 0, p.qk_scale, grid=p.grid, **p.meta, **p.launch)
+    k = _seqres_fwd.warmup(*runtime_args(p, x, x, spin=1), grid=p.grid, **p.meta, **p.launch)
     k._init_handles()
     return k
 
@@ -502,9 +511,7 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills).
     With ``p.kernel`` (prepared on CUDA) the compiled binary is launched directly when x and y have the
     16-byte alignment it was specialized for (torch allocations do); otherwise through Triton's JIT dispatch."""
-    spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
-    args = (x, y, *_scratch_args(p), *p.tensors, p.flags, p.cnt, p.err, p.trace, spin, p.epoch, p.cepoch,
-            p.qk_scale)
+    args = runtime_args(p, x, y)
     if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
         p.runner(*args, *p.const_args)
         k = p.kernel
