@@ -1,7 +1,10 @@
 """One seqres launch to profile (Nsight Compute attaches to the launch after ``--warm`` warm-up calls):
 
     ncu --set full --launch-skip 3 --launch-count 1 -k _seqres_fwd -o rep \
-        python -m kernels.seqres.profile_one 10 [--param gemm_loop=flat ...] [--warm 3]
+        python -m kernels.seqres.profile_one 10 [--param gemm_loop=flat ...] [--warm 3] [--no-tune]
+
+``--no-tune`` skips prepare's autotuning (``tune: []``), so the launches before the profiled one are this
+script's own warm-up calls and not tune candidates: give the chosen candidate's parameters with ``--param``.
 """
 from __future__ import annotations
 
@@ -20,11 +23,15 @@ def main(argv=None):
     ap.add_argument("case")
     ap.add_argument("--param", action="append", default=[], help="name=value (int/bool/str)")
     ap.add_argument("--warm", type=int, default=3, help="launches before the profiled one")
+    ap.add_argument("--no-tune", action="store_true", help="prepare without autotuning (tune: [])")
     a = ap.parse_args(argv)
     case = load_case(a.case)
     w = make_weights(case, device="cuda")
     v = get_variant("seqres")
-    p = v.prepare(case, w, **parse_params(a.param))
+    params = parse_params(a.param)
+    if a.no_tune:
+        params["tune"] = []
+    p = v.prepare(case, w, **params)
     x = make_input(case, 1.0, 0, device="cuda")
     for _ in range(a.warm + 1):
         v.run(p, x)
