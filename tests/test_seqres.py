@@ -336,6 +336,15 @@ def test_attn_kv_split_passes_gate_at_every_scale(causal):
 
 
 @needs_backend
+def test_attn_kv_split_query_tile_taller_than_key_blocks():
+    """Causal, one 64-row query tile over three 16-key blocks: the second part starts at key 32, inside the
+    query tile, so rows 0-31 have no valid key in it (an empty part: running max -inf, which must not turn
+    into NaN in the online softmax or the merge)."""
+    _check(_s48(True), dict(attn_oproj=True, attn_kv_split=2, block_q=64, block_kv=16, attn_fill=False),
+           (1e-3, 1.0, 1e3), (0,))
+
+
+@needs_backend
 def test_attn_kv_split_ragged_parts_and_counters():
     """S = 40 in 16-key blocks: 3 blocks (the last ragged) in parts of 2 and 1, causal, nested GEMM loop; the
     counters (one per sequence, head and query block) grow by 2 per layer and launch."""

@@ -357,9 +357,11 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
                      PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0):
+                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0, EMPTY_ROWS: tl.constexpr = False):
     """One key/value block of the online softmax: returns the updated (m_i, l_i, acc). K and V are both
-    loaded before the first dot (V's latency hides behind q k^T and the softmax)."""
+    loaded before the first dot (V's latency hides behind q k^T and the softmax). EMPTY_ROWS: rows may have
+    no valid key so far (a key part starting inside a causal query tile): their max stays -inf and the
+    exponents use 0 in its place (else -inf - -inf = NaN); the first block of a whole key range always has one."""
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     offs_k = k0 + tl.arange(0, BKV)
@@ -383,8 +385,12 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
         valid = valid & (offs_k[None, :] <= offs_q[:, None])
     s = tl.where(valid, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    if EMPTY_ROWS:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if QS:
         p_hi, p_lo = split_bf16(p, QS == 1)
@@ -435,7 +441,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                 ok = j < NKV
             if ok:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
+                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
+                                                 CAUSAL)
         NQB: tl.constexpr = (S + BQ - 1) // BQ
         _merge_kv_parts(part_ptr, base + offs_q, mask_q, hd, kv_part, m_i, l_i, acc,
                         cnt_ptr + (g * H + hd) * NQB + qb, cnt_target, wo_ptr, bo_ptr, y_ptr,
