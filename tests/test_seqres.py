@@ -320,65 +320,6 @@ def test_ln_fold_passes_gate_on_smoke1_at_every_scale():
     _check(load_case("smoke1"), dict(attn_oproj=True, ffn_fused=True, ln_fold=True), SCALES, (0, 1))
 
 
-def _s48(causal: bool) -> Case:
-    """S = 48 in 16-key blocks: 3 key blocks in parts of 2 and 1; causal: the second part is empty for the
-    first query block."""
-    return Case(name="s48", number=997, family="seqres", B=2, S=48, D=32, H=2, L=2, causal=causal, weight_seed=5)
-
-
-@needs_backend
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_attn_kv_split_passes_gate_at_every_scale(causal):
-    """Each (head, query block)'s keys in 2 parts; the last part to finish merges them and projects. Run
-    at every scale and seed (one prepared kernel, 14 launches: the counters' targets follow the launch count)."""
-    _check(_s48(causal), dict(attn_oproj=True, ffn_fused=True, attn_kv_split=2, block_q=16, block_kv=16),
-           SCALES, (0, 1))
-
-
-@needs_backend
-def test_attn_kv_split_query_tile_taller_than_key_blocks():
-    """Causal, one 64-row query tile over three 16-key blocks: the second part starts at key 32, inside the
-    query tile, so rows 0-31 have no valid key in it (an empty part: running max -inf, which must not turn
-    into NaN in the online softmax or the merge)."""
-    _check(_s48(True), dict(attn_oproj=True, attn_kv_split=2, block_q=64, block_kv=16, attn_fill=False),
-           (1e-3, 1.0, 1e3), (0,))
-
-
-@needs_backend
-def test_attn_kv_split_ragged_parts_and_counters():
-    """S = 40 in 16-key blocks: 3 blocks (the last ragged) in parts of 2 and 1, causal, nested GEMM loop; the
-    counters (one per sequence, head and query block) grow by 2 per layer and launch."""
-    c = Case(name="s40", number=998, family="seqres", B=2, S=40, D=32, H=2, L=1, causal=True, weight_seed=3)
-    params = dict(attn_oproj=True, attn_kv_split=2, block_q=16, block_kv=16, block_m=16, gemm_loop="nested",
-                  flag_barrier=True, spin_limit=10)
-    _check(c, params, (1e-3, 1.0, 1e3), (0,))
-    dev = _device()
-    w = make_weights(c, device=dev)
-    v = get_variant("seqres")
-    p = v.prepare(c, w, **params)
-    assert p.meta["KVS"] == 2 and p.meta["NCNT"] == c.H * 3  # 1 sequence per group, 3 query blocks
-    for n in (1, 2):
-        v.run(p, make_input(c, 1.0, n, device=dev))
-        assert torch.all(p.cnt == n * c.L * 2) and p.epoch == n * (1 + 6 * c.L)
-
-
-def test_attn_kv_split_validation_and_query_tile():
-    """Needs attn_oproj, excludes ln_fold, needs 2 key blocks; attn_fill counts the parts (case 11: 16
-    programs per sequence, 2 heads: 64-row query tiles with 2 parts, 32-row without)."""
-    with pytest.raises(ValueError, match="attn_oproj=true"):
-        prepare_meta(load_case("case11"), n_sm=132, attn_kv_split=2)
-    with pytest.raises(ValueError, match="ln_fold"):
-        prepare_meta(load_case("case11"), n_sm=132, attn_kv_split=2, attn_oproj=True, ffn_fused=True, ln_fold=True)
-    with pytest.raises(ValueError, match="at least 2 key blocks"):
-        prepare_meta(load_case("smoke1"), n_sm=132, attn_kv_split=2, attn_oproj=True)
-    with pytest.raises(ValueError, match="1 \\(off\\) or 2"):
-        prepare_meta(load_case("case11"), n_sm=132, attn_kv_split=3, attn_oproj=True)
-    m1 = prepare_meta(load_case("case11"), n_sm=132, n_slots=264, attn_oproj=True)[0]
-    m2 = prepare_meta(load_case("case11"), n_sm=132, n_slots=264, attn_oproj=True, attn_kv_split=2)[0]
-    assert (m1["R"], m1["BQ"], m1["KVS"]) == (16, 32, 1) and (m2["R"], m2["BQ"], m2["KVS"]) == (16, 64, 2)
-    assert m2["NCNT"] == 2 * 256 // 64
-
-
 def test_ln_fold_needs_both_fusions():
     with pytest.raises(ValueError, match="attn_oproj=true and ffn_fused=true"):
         prepare_meta(load_case("smoke1"), n_sm=132, ln_fold=True, ffn_fused=True)

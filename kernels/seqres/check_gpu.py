@@ -159,14 +159,6 @@ SWEEP = {
                         block_n=64, block_n_wide=64),
     "g4_lnf_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
                         block_n=64, block_n_wide=64),
-    # session 7: attention tiles' keys in 2 parts (64-row query tiles where 32-row ones filled the programs)
-    "ao_ff_nest_kv2": dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64,
-                           attn_kv_split=2),
-    "ao_ff_ast1_kv2": dict(attn_oproj=True, ffn_fused=True, attn_stages=1, attn_kv_split=2),
-    "ao_nest_kv2_bkv32": dict(attn_oproj=True, gemm_loop="nested", block_n=64, block_n_wide=64, attn_kv_split=2,
-                              block_kv=32),
-    "g2_ao_ff_nest_kv2_bkv16": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, gemm_loop="nested",
-                                    block_n=64, block_n_wide=64, attn_kv_split=2, block_kv=16),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

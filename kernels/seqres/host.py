@@ -225,6 +225,9 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     M = G * S
     dh = case.dh
     bm = _block(o["block_m"], M)
+    bq = _block(o["block_q"], S)
+    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
+        bq //= 2
     bk = _block(o["block_k"], D)
     if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
         raise ValueError(f"seqres: block_n={o['block_n']!r}: a tile width (e.g. 64, 128) or auto")
@@ -246,27 +249,13 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if lnf and not (ao and ff):
         raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
                          "do the LayerNorms)")
-    kvs = o["attn_kv_split"]
-    if kvs not in (1, 2) or isinstance(kvs, bool):
-        raise ValueError(f"seqres: attn_kv_split={kvs!r}: 1 (off) or 2")
-    if kvs > 1 and not ao:
-        raise ValueError("seqres: attn_kv_split=2 needs attn_oproj=true (the last part to finish merges the parts "
-                         "and adds the output projection)")
-    if kvs > 1 and lnf:
-        raise ValueError("seqres: attn_kv_split=2 and ln_fold=true share the attention phase's counters: choose one")
-    bkv = _block(o["block_kv"], S)
-    if kvs > 1 and -(-S // bkv) < kvs:
-        raise ValueError(f"seqres: attn_kv_split={kvs} needs at least {kvs} key blocks: S={S}, block_kv={bkv}")
-    bq = _block(o["block_q"], S)
-    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) * kvs < R:  # every program gets an attention item
-        bq //= 2
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=_barrier_mode(o["barrier"], interpret) if (R > 1 or o["flag_barrier"]) else 0,
         BM=bm, BN=bn, BK=bk,
-        BQ=bq, BKV=bkv, BDH=_block(dh, dh),
+        BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
         # .cg (L2) loads where other programs wrote the data, or where this program's atomics did (the fusions)
         CM=".cg" if R > 1 or ff or ao else "",
@@ -279,15 +268,12 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0,  # counters per group (LNF, KVS > 1): set below from the attention and FFN tiles
-        KVS=kvs,
+        NCNT=0,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
     if lnf:  # a counter per (sequence, query block) and one per FFN row block
         meta["NCNT"] = G * -(-S // meta["BQ"]) + -(-M // bm)
-    if kvs > 1:  # a counter per (sequence, head, query block)
-        meta["NCNT"] = G * H * -(-S // meta["BQ"])
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
     if int(o["maxnreg"]) > 0:  # register cap per thread (ptxas), e.g. to fit more CTAs per SM
         launch["maxnreg"] = int(o["maxnreg"])

@@ -310,8 +310,7 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, KVS: tl.constexpr = 1,
-                     part_ptr=None):
+                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
@@ -322,25 +321,15 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
     AO (``attn_oproj``): each tile also multiplies its output by its head's rows of Wo and adds the product into
     y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``).
     LNF (``ln_fold``, with AO): the last of the H tiles of a (sequence, query block) to finish normalises its
-    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``).
-    KVS > 1 (``attn_kv_split``, with AO): each tile's key blocks are split over KVS work items (the split index
-    fastest, so the parts of a tile run in the same round); each part stores its partial softmax state at
-    ``part_ptr`` and the last to finish merges them and adds the output projection (``_merge_kv_parts``)."""
+    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
-    NT: tl.constexpr = G * H * NQB * KVS
+    NT: tl.constexpr = G * H * NQB
     for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
         if CAUSAL:
             t = i * R + tl.where(i % 2 == 1, R - 1 - rank, rank)
         else:
             t = i * R + rank
-        if KVS > 1:
-            u = t // KVS
-            if t < NT:
-                _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, u // (H * NQB), (u // NQB) % H, u % NQB,
-                                qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
-                                AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
-                                lnb_ptr, BM_LN, BD, KVS, t % KVS, part_ptr)
-        elif NT % R == 0:
+        if NT % R == 0:
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                             AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
@@ -357,11 +346,9 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
                      PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0, EMPTY_ROWS: tl.constexpr = False):
+                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0):
     """One key/value block of the online softmax: returns the updated (m_i, l_i, acc). K and V are both
-    loaded before the first dot (V's latency hides behind q k^T and the softmax). EMPTY_ROWS: rows may have
-    no valid key so far (a key part starting inside a causal query tile): their max stays -inf and the
-    exponents use 0 in its place (else -inf - -inf = NaN); the first block of a whole key range always has one."""
+    loaded before the first dot (V's latency hides behind q k^T and the softmax)."""
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     offs_k = k0 + tl.arange(0, BKV)
@@ -385,12 +372,8 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
         valid = valid & (offs_k[None, :] <= offs_q[:, None])
     s = tl.where(valid, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    if EMPTY_ROWS:
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_use = m_new
-    alpha = tl.exp2(m_i - m_use)
-    p = tl.exp2(s - m_use[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if QS:
         p_hi, p_lo = split_bf16(p, QS == 1)
@@ -408,10 +391,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, KVS: tl.constexpr = 1,
-                    kv_part=0, part_ptr=None):
-    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks (KVS > 1: over
-    part ``kv_part`` of them; see ``_attention_phase``)."""
+                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
+    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
@@ -431,44 +412,14 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     acc = tl.zeros((BQ, BDH), tl.float32)
     # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
     # because the interpreter cannot loop to a runtime bound inside a device function)
-    if KVS > 1:  # key blocks kv_part * NKVS .. of this part (a block past NKV, or past the query block, is skipped)
-        NKVS: tl.constexpr = (NKV + KVS - 1) // KVS
-        for jj in tl.range(0, NKVS, num_stages=AST if AST > 0 else None):
-            j = kv_part * NKVS + jj
-            if CAUSAL:
-                ok = (j < NKV) & (j * BKV < (qb + 1) * BQ)
-            else:
-                ok = j < NKV
-            if ok:
-                m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
-                                                 CAUSAL)
-        NQB: tl.constexpr = (S + BQ - 1) // BQ
-        _merge_kv_parts(part_ptr, base + offs_q, mask_q, hd, kv_part, m_i, l_i, acc,
-                        cnt_ptr + (g * H + hd) * NQB + qb, cnt_target, wo_ptr, bo_ptr, y_ptr,
-                        D, H, DH, PREC, BDH, SPLIT_OUT, WROWS, BN2)
-    else:
-        for j in tl.range(0, NKV, num_stages=AST if AST > 0 else None):
-            if CAUSAL:
-                if j * BKV < (qb + 1) * BQ:
-                    m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd, S, D,
-                                                     DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
-            else:
+    for j in tl.range(0, NKV, num_stages=AST if AST > 0 else None):
+        if CAUSAL:
+            if j * BKV < (qb + 1) * BQ:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
                                                  S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
-        _attention_finish(acc, l_i, o_ptr, olo_ptr, g, qb, hd, base, offs_q, mask_q, offs_d, mask_d, S, D, DH,
-                          PREC, BQ, BDH, SPLIT_OUT, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target,
-                          lnw_ptr, lnb_ptr, BM_LN, BD)
-
-
-@triton.jit
-def _attention_finish(acc, l_i, o_ptr, olo_ptr, g, qb, hd, base, offs_q, mask_q, offs_d, mask_d,
-                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BQ: tl.constexpr,
-                      BDH: tl.constexpr, SPLIT_OUT: tl.constexpr, AO: tl.constexpr, wo_ptr, bo_ptr, y_ptr,
-                      WROWS: tl.constexpr, BN2: tl.constexpr, LNF: tl.constexpr, cnt_ptr, cnt_target, lnw_ptr,
-                      lnb_ptr, BM_LN: tl.constexpr, BD: tl.constexpr):
-    """A whole tile's epilogue (KVS == 1): normalise, then store (or, AO, project into y; LNF: LN2 by the last
-    head of the query block)."""
+        else:
+            m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
     out = acc / l_i[:, None]
     if AO:
         _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
@@ -481,38 +432,6 @@ def _attention_finish(acc, l_i, o_ptr, olo_ptr, g, qb, hd, base, offs_q, mask_q,
     else:
         _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
                mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
-
-
-@triton.jit
-def _merge_kv_parts(part_ptr, rows, mask_q, hd, kv_part, m_i, l_i, acc, cnt_ptr, cnt_target, wo_ptr, bo_ptr, y_ptr,
-                    D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BDH: tl.constexpr,
-                    SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr):
-    """``attn_kv_split`` 2: store this part's softmax state (running max m, sum l, unnormalised acc) in the
-    fp32 scratch ``part_ptr`` (row stride 3D: acc of part s at columns s*D + hd*DH, m at 2D + s*H + hd, l at
-    2D + 2H + s*H + hd), count the part on the tile's counter, and if it was the last one, merge with the
-    other part (o = (acc_0 2^(m_0 - m) + acc_1 2^(m_1 - m)) / (l_0 2^(m_0 - m) + l_1 2^(m_1 - m)), m = max;
-    a part without a valid key has m = -inf and adds nothing) and add the output projection into y."""
-    LDP: tl.constexpr = 3 * D
-    offs_d = tl.arange(0, BDH)
-    amask = mask_q[:, None] & (offs_d < DH)[None, :]
-    a_offs = rows[:, None] * LDP + hd * DH + offs_d[None, :]
-    s_offs = rows * LDP + 2 * D + hd
-    tl.store(part_ptr + a_offs + kv_part * D, acc, mask=amask)
-    tl.store(part_ptr + s_offs + kv_part * H, m_i, mask=mask_q)
-    tl.store(part_ptr + s_offs + (2 + kv_part) * H, l_i, mask=mask_q)
-    if _last_arrival(cnt_ptr, cnt_target):
-        other = 1 - kv_part
-        acc_o = tl.load(part_ptr + a_offs + other * D, mask=amask, other=0.0, cache_modifier=".cg")
-        m_o = tl.load(part_ptr + s_offs + other * H, mask=mask_q, other=float("-inf"), cache_modifier=".cg")
-        l_o = tl.load(part_ptr + s_offs + (2 + other) * H, mask=mask_q, other=0.0, cache_modifier=".cg")
-        m = tl.maximum(m_i, m_o)
-        m = tl.where(m == float("-inf"), 0.0, m)  # (rows past S: both parts empty)
-        a_i = tl.exp2(m_i - m)
-        a_o = tl.exp2(m_o - m)
-        l = l_i * a_i + l_o * a_o
-        l = tl.where(l == 0.0, 1.0, l)
-        out = (acc * a_i[:, None] + acc_o * a_o[:, None]) / l[:, None]
-        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd, D, DH, PREC, BDH, SPLIT, WROWS, BN2)
 
 
 @triton.jit
@@ -902,7 +821,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, KVS: tl.constexpr = 1):
+                AO: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -930,8 +849,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
-                         bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * (H if LNF else KVS),
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, KVS, qkv_ptr)
+                         bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
@@ -1004,7 +923,6 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    KVS: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1037,7 +955,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, KVS)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
