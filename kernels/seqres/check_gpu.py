@@ -159,6 +159,12 @@ SWEEP = {
                         block_n=64, block_n_wide=64),
     "g4_lnf_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
                         block_n=64, block_n_wide=64),
+    # session 7: groups of 8 sequences (case 6: 32 groups of 128 rows)
+    "g8_ao_ff_nest": dict(seqs_per_program=8, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
+                          block_n_wide=64),
+    "g8_ao_ff_ast1": dict(seqs_per_program=8, attn_oproj=True, ffn_fused=True, attn_stages=1),
+    "g4_ao_ff_nest_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
+                               block_n_wide=64, attn_stages=1),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
