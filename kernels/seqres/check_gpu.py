@@ -165,6 +165,13 @@ SWEEP = {
     "g8_ao_ff_ast1": dict(seqs_per_program=8, attn_oproj=True, ffn_fused=True, attn_stages=1),
     "g4_ao_ff_nest_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
                                block_n_wide=64, attn_stages=1),
+    # 32-wide QKV tiles: case 6's 6 QKV tiles of 64 over 4 programs become 12 of 32 (3 each)
+    "g4_ao_ff_nest_w32": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
+                              block_n_wide=32),
+    "g2_ao_ff_nest_w32": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
+                              block_n_wide=32),
+    "g4_ao_ff_nest_n32": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=32,
+                              block_n_wide=32),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
