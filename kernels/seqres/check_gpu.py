@@ -172,6 +172,10 @@ SWEEP = {
                               block_n_wide=32),
     "g4_ao_ff_nest_n32": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=32,
                               block_n_wide=32),
+    # case 7 (6 heads, 8 programs): 64-row attention tiles (6 items, one round) instead of 32-row ones (12 items)
+    "nest_n64_nofill": dict(gemm_loop="nested", block_n=64, block_n_wide=64, attn_fill=False),
+    "nest_n64_nofill_ast1": dict(gemm_loop="nested", block_n=64, block_n_wide=64, attn_fill=False, attn_stages=1),
+    "nest_n64_bkv32": dict(gemm_loop="nested", block_n=64, block_n_wide=64, block_kv=32),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
