@@ -589,3 +589,13 @@ def test_tune_is_validated_and_skipped_off_gpu():
     c = tune_candidates({"a": 1, "tune": [{"a": 2}, {"b": 3}]})
     assert c == [({}, {"a": 1, "tune": []}), ({"a": 2}, {"a": 2, "tune": []}), ({"b": 3}, {"a": 1, "b": 3, "tune": []})]
     assert tune_candidates({"a": 1, "tune": []}) == [({}, {"a": 1, "tune": []})]
+
+
+def test_check_gpu_sweep_entries_use_known_parameters():
+    """Every ``check_gpu`` SWEEP entry overrides parameters that ``prepare`` knows (an option removed after its
+    measurement must take its sweep entries with it, or the GPU sweep fails on them one by one)."""
+    from kernels.seqres.check_gpu import SWEEP
+    from kernels.seqres.host import DEFAULTS
+    bad = {name: sorted(set(over) - set(DEFAULTS)) for name, over in SWEEP.items() if set(over) - set(DEFAULTS)}
+    assert not bad, bad
+    assert "untuned" in SWEEP and SWEEP["untuned"] == {}
