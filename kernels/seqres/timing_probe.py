@@ -7,12 +7,16 @@ stage's pattern (L2 flush, CUDA events around the call) under four conditions, i
 - ``after_anchor_sleep``: as ``after_anchor``, with a 200 µs GPU spin between the flush and the start event, so
   the host's launch latency cannot show in the measured interval.
 
-    python -m kernels.seqres.timing_probe 10 [--param k=v ...] [--rounds 60] [--out DIR]
+    python -m kernels.seqres.timing_probe 10 [--param k=v ...] [--rounds 60] [--no-gc] [--out DIR]
+
+``--no-gc`` runs the rounds with Python's garbage collector disabled (a collection triggered by the anchor's
+objects would otherwise land in whichever call allocates next).
 
 Prints the median and p20/p80 per condition (and writes them as JSON with --out)."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 from pathlib import Path
@@ -33,6 +37,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--flush-mb", type=int, default=256)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-gc", action="store_true", help="disable Python's garbage collector while timing")
     a = ap.parse_args(argv)
     case = load_case(a.case)
     dev = torch.device("cuda")
@@ -70,20 +75,28 @@ def main(argv=None):
             timed(fn, pr, sl)
     torch.cuda.synchronize()
     ev = {k: [] for k in conds}
-    for r in range(a.rounds):
-        for k in (list(conds) if r % 2 == 0 else list(conds)[::-1]):
-            ev[k].append(timed(*conds[k]))
-    torch.cuda.synchronize()
+    if a.no_gc:
+        gc.collect()
+        gc.disable()
+    try:
+        for r in range(a.rounds):
+            for k in (list(conds) if r % 2 == 0 else list(conds)[::-1]):
+                ev[k].append(timed(*conds[k]))
+        torch.cuda.synchronize()
+    finally:
+        gc.enable()
     res = {}
     for k, es in ev.items():
         ms = sorted(s.elapsed_time(e) for s, e in es)
         q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]  # noqa: E731
         res[k] = {"median_ms": statistics.median(ms), "p20_ms": q(0.2), "p80_ms": q(0.8), "n": len(ms)}
-        print(f"{case.name} {k:22s} median {res[k]['median_ms']:.4f} ms  p20 {q(0.2):.4f}  p80 {q(0.8):.4f}")
+        print(f"{case.name}{' no-gc' if a.no_gc else ''} {k:22s} median {res[k]['median_ms']:.4f} ms  p20 {q(0.2):.4f}  p80 {q(0.8):.4f}")
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / f"timing_probe_{case.name}.json").write_text(json.dumps(
-            {"case": case.name, "params": params, "info": p.info, "results": res}, indent=1, default=str))
+        tag = "_nogc" if a.no_gc else ""
+        (Path(a.out) / f"timing_probe_{case.name}{tag}.json").write_text(json.dumps(
+            {"case": case.name, "params": params, "no_gc": a.no_gc, "info": p.info, "results": res}, indent=1,
+            default=str))
 
 
 if __name__ == "__main__":
