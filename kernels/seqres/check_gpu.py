@@ -152,7 +152,7 @@ SWEEP = {
     "g4_ao_ff_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, attn_stages=1),
     "g4_ao_ff_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
                           block_n_wide=64),
-    # ln_fold (session 6, not yet run on a GPU): the fusions without LayerNorm phases (3 barriers per layer)
+    # ln_fold (session 6; GPU-measured in session 7: slower everywhere): the fusions without LayerNorm phases
     "lnf_ast1": dict(attn_oproj=True, ffn_fused=True, ln_fold=True, attn_stages=1),
     "lnf_nest": dict(attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested", block_n=64, block_n_wide=64),
     "g2_lnf_nest": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
