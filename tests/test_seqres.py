@@ -508,6 +508,34 @@ def test_compile_and_launch_pass_the_same_runtime_arguments(params, monkeypatch)
     sig.bind(*runtime, *host.constexpr_args(p.meta))
 
 
+@needs_backend
+def test_direct_launch_passes_the_runtime_arguments_with_addresses(monkeypatch):
+    """The direct launch (CUDA) passes runtime_args with the long-lived tensors as their addresses: the same
+    values in the same order (x, y as tensors), then the constexprs; the flag epoch advances by the barrier
+    count. (A recorder stands in for the compiled kernel, so this runs on the CPU too.)"""
+    from kernels.seqres import host
+    case = load_case("smoke1")
+    w = make_weights(case, device=torch.device(_device()))
+    p = get_variant("seqres").prepare(case, w, attn_oproj=True, ffn_fused=True)
+    seen = []
+    monkeypatch.setattr(p, "runner", lambda *a: seen.append(a))
+    monkeypatch.setattr(p, "kernel", "compiled")
+    monkeypatch.setattr(p, "const_args", host.constexpr_args(p.meta))
+    x = make_input(case, 1.0, 0, device=torch.device(_device()))
+    y = torch.empty_like(x)
+    epoch = p.epoch
+    assert host.launch(p, x, y) == "compiled" and p.epoch == epoch + p.barriers_per_launch
+    addr = lambda a: a.data_ptr() if isinstance(a, torch.Tensor) else a  # noqa: E731
+    want = [addr(a) for a in host.runtime_args(p, x, y)]
+    want[-2:] = [p.cepoch - 1, p.qk_scale]  # (runtime_args now reads the advanced counters)
+    want[-3] = epoch
+    got = seen[0]
+    assert got[0] is x and got[1] is y
+    assert [addr(a) for a in got[:len(want)]] == want
+    assert list(got[len(want):]) == p.const_args
+    assert all(isinstance(a, int) for a in got[2:len(want) - 4])
+
+
 @triton.jit
 def _flat_phase_kernel(ahi, alo, w, b, y, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr):

@@ -56,6 +56,7 @@ class SeqresPrepared:
     kernel: object = None    # the compiled kernel (CUDA; None: every launch goes through Triton's JIT dispatch)
     runner: object = None    # kernel[grid]: ``launch`` calls it with the runtime arguments + ``const_args``
     const_args: list = field(default_factory=list)  # the constexpr arguments in signature order (from ``S`` on)
+    static_ptrs: tuple = ()  # the device addresses of the arguments between y and spin_limit (``static_pointers``)
 
     @property
     def barriers_per_launch(self) -> int:
@@ -444,7 +445,24 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
         p.kernel = compile_only(p)  # specialization key cost tens of µs of host time per call
         p.runner = p.kernel[(p.grid[0], 1, 1)]
         p.const_args = constexpr_args(p.meta)
+        p.static_ptrs = static_pointers(p)
     return p
+
+
+def direct_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    """``runtime_args`` as the direct launch passes them: x and y as tensors, the long-lived tensors between them
+    and spin_limit as addresses (``static_pointers``, resolved once by prepare)."""
+    args = runtime_args(p, x, y)
+    return (x, y, *(p.static_ptrs or static_pointers(p)), *args[-4:])
+
+
+def static_pointers(p: SeqresPrepared) -> tuple:
+    """The arguments of ``runtime_args`` between y and spin_limit (scratch, weights, flags, counters, err,
+    trace: tensors that live as long as ``p`` and are never reallocated) as device addresses. Triton's launcher
+    takes an int as a pointer as it is, where a tensor costs a ``data_ptr()`` call and a driver query
+    (``cuPointerGetAttribute``) per argument: about 10 µs of host time per launch with ~28 of them."""
+    args = runtime_args(p, p.scratch["a"], p.scratch["a"])[2:-4]
+    return tuple(a.data_ptr() for a in args)
 
 
 def constexpr_args(meta: dict) -> list:
@@ -472,7 +490,8 @@ def _scratch_args(p: SeqresPrepared) -> tuple:
 def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int | None = None) -> tuple:
     """The non-constexpr arguments of ``_seqres_fwd`` in signature order, for ``launch`` and ``compile_only``
     alike (one list, so the compile and the launch cannot drift apart; ``tests/test_seqres.py`` binds it to the
-    kernel's signature)."""
+    kernel's signature). The direct launch passes the same list with addresses for the long-lived tensors
+    (``direct_args``)."""
     if spin is None:
         spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
     return (x, y, *_scratch_args(p), *p.tensors, p.flags, p.cnt, p.err, p.trace, spin, p.epoch, p.cepoch,
@@ -511,13 +530,13 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills).
     With ``p.kernel`` (prepared on CUDA) the compiled binary is launched directly when x and y have the
     16-byte alignment it was specialized for (torch allocations do); otherwise through Triton's JIT dispatch."""
-    args = runtime_args(p, x, y)
+    n_bar = p.barriers_per_launch
     if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-        p.runner(*args, *p.const_args)
+        p.runner(*direct_args(p, x, y), *p.const_args)
         k = p.kernel
     else:
-        k = _seqres_fwd[p.grid](*args, **p.meta, **p.launch)
-    p.epoch += p.barriers_per_launch
+        k = _seqres_fwd[p.grid](*runtime_args(p, x, y), **p.meta, **p.launch)
+    p.epoch += n_bar
     p.cepoch += 1
     return k
 
