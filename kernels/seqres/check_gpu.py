@@ -33,6 +33,8 @@ CASES = (1, 5, 6, 7, 9, 10, 11)
 FASTEST_PEER_MS = {1: 1.73, 5: 0.24, 6: 0.66, 7: 1.08, 9: 1.37, 10: 1.37, 11: 0.50}  # SPEC §9 (H200)
 _CB = dict(ln_stats="chunked", tile_order="blocked")
 _CBP = dict(ln_stats="chunked", tile_order="blocked", presplit_weights=True)
+_NEST64 = dict(gemm_loop="nested", block_n=64, block_n_wide=64)
+_AFN = dict(_NEST64, attn_oproj=True, ffn_fused=True)  # the fusions on the nested loop, 64-wide tiles (case 10's pick)
 # name -> overrides of the yaml defaults at run time (so an entry's meaning moves with the defaults; every result
 # records its full parameter set); --configs picks and orders them. Names and outcomes: docs/seqres.md.
 SWEEP = {
@@ -143,28 +145,22 @@ SWEEP = {
     "ao_ast1": dict(attn_oproj=True, attn_stages=1),
     "ao_ff": dict(attn_oproj=True, ffn_fused=True),
     "ao_ff_ast1": dict(attn_oproj=True, ffn_fused=True, attn_stages=1),
-    "ao_ff_nest": dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64),
+    "ao_ff_nest": dict(_AFN),
     "ao_nest": dict(attn_oproj=True, gemm_loop="nested", block_n=64, block_n_wide=64),
     "ao_nest128": dict(attn_oproj=True, gemm_loop="nested", block_n=64),
     "g2_ao_ff_ast1": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, attn_stages=1),
-    "g2_ao_ff_nest": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
-                          block_n_wide=64),
+    "g2_ao_ff_nest": dict(_AFN, seqs_per_program=2),
     "g4_ao_ff_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, attn_stages=1),
-    "g4_ao_ff_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
-                          block_n_wide=64),
+    "g4_ao_ff_nest": dict(_AFN, seqs_per_program=4),
     # ln_fold (session 6; GPU-measured in session 7: slower everywhere): the fusions without LayerNorm phases
     "lnf_ast1": dict(attn_oproj=True, ffn_fused=True, ln_fold=True, attn_stages=1),
-    "lnf_nest": dict(attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested", block_n=64, block_n_wide=64),
-    "g2_lnf_nest": dict(seqs_per_program=2, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
-                        block_n=64, block_n_wide=64),
-    "g4_lnf_nest": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, ln_fold=True, gemm_loop="nested",
-                        block_n=64, block_n_wide=64),
+    "lnf_nest": dict(_AFN, ln_fold=True),
+    "g2_lnf_nest": dict(_AFN, seqs_per_program=2, ln_fold=True),
+    "g4_lnf_nest": dict(_AFN, seqs_per_program=4, ln_fold=True),
     # session 7: groups of 8 sequences (case 6: 32 groups of 128 rows)
-    "g8_ao_ff_nest": dict(seqs_per_program=8, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
-                          block_n_wide=64),
+    "g8_ao_ff_nest": dict(_AFN, seqs_per_program=8),
     "g8_ao_ff_ast1": dict(seqs_per_program=8, attn_oproj=True, ffn_fused=True, attn_stages=1),
-    "g4_ao_ff_nest_ast1": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
-                               block_n_wide=64, attn_stages=1),
+    "g4_ao_ff_nest_ast1": dict(_AFN, seqs_per_program=4, attn_stages=1),
     # 32-wide QKV tiles: case 6's 6 QKV tiles of 64 over 4 programs become 12 of 32 (3 each)
     "g4_ao_ff_nest_w32": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64,
                               block_n_wide=32),
@@ -173,9 +169,9 @@ SWEEP = {
     "g4_ao_ff_nest_n32": dict(seqs_per_program=4, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=32,
                               block_n_wide=32),
     # case 7 (6 heads, 8 programs): 64-row attention tiles (6 items, one round) instead of 32-row ones (12 items)
-    "nest_n64_nofill": dict(gemm_loop="nested", block_n=64, block_n_wide=64, attn_fill=False),
-    "nest_n64_nofill_ast1": dict(gemm_loop="nested", block_n=64, block_n_wide=64, attn_fill=False, attn_stages=1),
-    "nest_n64_bkv32": dict(gemm_loop="nested", block_n=64, block_n_wide=64, block_kv=32),
+    "nest_n64_nofill": dict(_NEST64, attn_fill=False),
+    "nest_n64_nofill_ast1": dict(_NEST64, attn_fill=False, attn_stages=1),
+    "nest_n64_bkv32": dict(_NEST64, block_kv=32),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

@@ -531,13 +531,12 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch of the megakernel: y = forward(x). Returns Triton's compiled kernel (registers, spills).
     With ``p.kernel`` (prepared on CUDA) the compiled binary is launched directly when x and y have the
     16-byte alignment it was specialized for (torch allocations do); otherwise through Triton's JIT dispatch."""
-    n_bar = p.barriers_per_launch
     if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
         p.runner(*direct_args(p, x, y), *p.const_args)
         k = p.kernel
     else:
         k = _seqres_fwd[p.grid](*runtime_args(p, x, y), **p.meta, **p.launch)
-    p.epoch += n_bar
+    p.epoch += p.barriers_per_launch
     p.cepoch += 1
     return k
 

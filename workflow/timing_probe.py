@@ -1,5 +1,5 @@
 """Why some timing jobs read slow on every other call (GPU only): time one seqres configuration in the timing
-stage's pattern (L2 flush, CUDA events around the call) under four conditions, interleaved round by round:
+stage's pattern (``workflow/stages/timing.py``) (L2 flush, CUDA events around the call) under four conditions, interleaved round by round:
 
 - ``alone``: flush, call (the call before it on the stream is the same kernel);
 - ``after_anchor``: an ``eager_sdpa`` call, flush, call (the odd positions of the timing stage's interleaving);
@@ -7,27 +7,27 @@ stage's pattern (L2 flush, CUDA events around the call) under four conditions, i
 - ``after_anchor_sleep``: as ``after_anchor``, with a 200 µs GPU spin between the flush and the start event, so
   the host's launch latency cannot show in the measured interval.
 
-    python -m kernels.seqres.timing_probe 10 [--param k=v ...] [--rounds 60] [--no-gc] [--out DIR]
+    python -m workflow.timing_probe 10 [--param k=v ...] [--rounds 60] [--no-gc] [--out DIR]
 
 ``--no-gc`` runs the rounds with Python's garbage collector disabled (a collection triggered by the anchor's
 objects would otherwise land in whichever call allocates next).
 
-Prints the median and p20/p80 per condition (and writes them as JSON with --out)."""
+Prints the median and p20/p80 per condition, summarised as the timing stage does (and writes them as JSON with
+--out)."""
 from __future__ import annotations
 
 import argparse
 import gc
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
-from ..cases import load_case
-from ..registry import get_variant
-from ..weights import make_input, make_weights
-from .aot_check import parse_params
-from .host import launch
+from kernels import get_variant, load_case, make_input, make_weights
+from kernels.seqres.aot_check import parse_params
+from kernels.seqres.host import launch
+
+from .stages.timing import summarize
 
 
 def main(argv=None):
@@ -85,12 +85,10 @@ def main(argv=None):
         torch.cuda.synchronize()
     finally:
         gc.enable()
-    res = {}
-    for k, es in ev.items():
-        ms = sorted(s.elapsed_time(e) for s, e in es)
-        q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]  # noqa: E731
-        res[k] = {"median_ms": statistics.median(ms), "p20_ms": q(0.2), "p80_ms": q(0.8), "n": len(ms)}
-        print(f"{case.name}{' no-gc' if a.no_gc else ''} {k:22s} median {res[k]['median_ms']:.4f} ms  p20 {q(0.2):.4f}  p80 {q(0.8):.4f}")
+    res = {k: summarize([s.elapsed_time(e) for s, e in es]) for k, es in ev.items()}
+    for k, r in res.items():
+        print(f"{case.name}{' no-gc' if a.no_gc else ''} {k:22s} median {r['median_ms']:.4f} ms  "
+              f"p20 {r['p20_ms']:.4f}  p80 {r['p80_ms']:.4f}")
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         tag = "_nogc" if a.no_gc else ""
