@@ -1,0 +1,238 @@
+"""Can the GEMM phases hold more loads in flight? A GPU probe for docs/seqres.md (next step 1).
+
+One presplit bf16x3 GEMM (c = a_lo·w_hi + a_hi·w_lo + a_hi·w_hi, fp32 accumulation; the megakernel's
+operand format) over all B·S rows of one layer, as a persistent kernel (a program loops over output tiles,
+like a megakernel phase), in three load forms:
+
+  ptr      tl.load of pointer tiles, software-pipelined with cp.async (today's megakernel loop)
+  desc     tensor descriptors (TMA loads, mbarrier pipeline), no warp specialization
+  desc_ws  tensor descriptors and ``tl.range(..., warp_specialize=True)``: Triton 3.6's Hopper
+           warp specialization (a producer partition issues the TMA loads, two consumer warpgroups
+           run the dots and the epilogue)
+  gluon    the same work written in Gluon (``gluon_gemm.mm3_gluon``): TMA into an mbarrier ring, the
+           three wgmma of a K step asynchronous, one step in flight while the next is issued
+
+against cuBLAS on the same work (bf16 over K tripled). Timed as 20 launches captured in a CUDA graph, replayed
+between two CUDA events (no host launch cost, no cache flush: the megakernel's weights stay in L2 too), median
+of 5 replays.
+
+    python -m kernels.seqres.gemm_probe 1 7 9 10 11 [--configs NAME ...] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from ..cases import load_case
+
+# (name, form, BM, BN, BK, warps, stages)
+CONFIGS = (
+    ("ptr_64x128x32_s3", "ptr", 64, 128, 32, 4, 3),
+    ("ptr_64x128x64_s3", "ptr", 64, 128, 64, 4, 3),
+    ("desc_64x128x64_s3", "desc", 64, 128, 64, 4, 3),
+    ("desc_64x128x32_s4", "desc", 64, 128, 32, 4, 4),
+    ("ws_64x128x64_s3", "desc_ws", 64, 128, 64, 4, 3),
+    ("ws_64x128x32_s4", "desc_ws", 64, 128, 32, 4, 4),
+    ("ws_64x64x64_s4", "desc_ws", 64, 64, 64, 4, 4),
+    ("ws_64x128x64_s2", "desc_ws", 64, 128, 64, 4, 2),
+    ("ws_64x64x32_s6", "desc_ws", 64, 64, 32, 4, 6),
+    ("gl_64x128x32_s4", "gluon", 64, 128, 32, 4, 4),
+    ("gl_64x128x64_s2", "gluon", 64, 128, 64, 4, 2),
+    ("gl_64x128x64_s3", "gluon", 64, 128, 64, 4, 3),
+    ("gl_64x64x32_s6", "gluon", 64, 64, 32, 4, 6),
+    ("gl_64x256x32_s3", "gluon", 64, 256, 32, 4, 3),
+    ("gl_128x128x32_s4_w8", "gluon", 128, 128, 32, 8, 4),
+    ("gl_128x128x64_s3_w8", "gluon", 128, 128, 64, 8, 3),
+    ("gl_128x256x32_s3_w8", "gluon", 128, 256, 32, 8, 3),
+    ("glws_64x128x32_s4", "gluon_ws", 64, 128, 32, 4, 4),
+    ("glws_64x128x64_s4", "gluon_ws", 64, 128, 64, 4, 4),
+    ("glws_64x128x32_s4_2cta", "gluon_ws", 64, 128, 32, 4, 4),
+    ("glws_64x256x32_s4", "gluon_ws", 64, 256, 32, 4, 4),
+    ("glws_128x128x64_s3_w8", "gluon_ws", 128, 128, 64, 8, 3),
+    ("glws_128x256x32_s3_w8", "gluon_ws", 128, 256, 32, 8, 3),
+    ("glws_128x256x64_s2_w8", "gluon_ws", 128, 256, 64, 8, 2),
+)
+
+
+@triton.jit
+def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            a_h = tl.load(ahi + a_off + k)
+            a_l = tl.load(alo + a_off + k)
+            w_h = tl.load(whi + w_off + k * N)
+            w_l = tl.load(wlo + w_off + k * N)
+            acc = tl.dot(a_l, w_h, acc)
+            acc = tl.dot(a_h, w_l, acc)
+            acc = tl.dot(a_h, w_h, acc)
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm3_desc(ahi, alo, whi, wlo, c, M, N, K, NT,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, WS: tl.constexpr):
+    da_hi = tl.make_tensor_descriptor(ahi, [M, K], [K, 1], [BM, BK])
+    da_lo = tl.make_tensor_descriptor(alo, [M, K], [K, 1], [BM, BK])
+    dw_hi = tl.make_tensor_descriptor(whi, [K, N], [N, 1], [BK, BN])
+    dw_lo = tl.make_tensor_descriptor(wlo, [K, N], [N, 1], [BK, BN])
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES, warp_specialize=WS):
+            a_h = da_hi.load([tm * BM, k])
+            a_l = da_lo.load([tm * BM, k])
+            w_h = dw_hi.load([k, tn * BN])
+            w_l = dw_lo.load([k, tn * BN])
+            acc = tl.dot(a_l, w_h, acc)
+            acc = tl.dot(a_h, w_l, acc)
+            acc = tl.dot(a_h, w_h, acc)
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+def shapes(case):
+    M, D = case.B * case.S, case.D
+    return {"qkv": (M, 3 * D, D), "oproj": (M, D, D), "ffn1": (M, 4 * D, D), "ffn2": (M, D, 4 * D)}
+
+
+def _time_ms(fn, n=20, reps=5) -> float:
+    """GPU time per call: ``n`` calls captured in one CUDA graph, replayed ``reps`` times between events
+    (the Python launch of a kernel with descriptor arguments costs more than the small GEMMs themselves)."""
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / n)
+    return statistics.median(out)
+
+
+def _kernel_names(fn) -> list[str]:
+    """Names of the GPU kernels one call of ``fn`` launches (torch.profiler), e.g. cuBLAS's tile and cluster."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+
+
+def _slots(kernel, n_sm: int) -> int:
+    """Programs that fit at once: n_sm × CTAs per SM by shared memory, registers and threads."""
+    smem = kernel.metadata.shared
+    threads = 32 * kernel.metadata.num_warps
+    per_sm = min(233472 // max(1, smem + 1024), 65536 // max(1, kernel.n_regs * threads), 2048 // threads)
+    return n_sm * max(1, per_sm)
+
+
+def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1):
+    ahi, alo, whi, wlo, c, M, N, K = ops
+    NT = (M // bm) * (N // bn)
+    if form in ("gluon", "gluon_ws"):
+        from .gluon_gemm import descriptors, instr_n, mm3_gluon, mm3_gluon_ws, ws_maxnreg
+        descs = descriptors(ahi, alo, whi, wlo, bm, bn, bk)
+        inn = instr_n(bm, bn, nw)
+        fn = mm3_gluon if form == "gluon" else mm3_gluon_ws
+        extra = {} if form == "gluon" else {"maxnreg": ws_maxnreg(nw, ctas)}
+        launch = lambda g: fn[(g,)](*descs, c, N, K, NT, STAGES=ns, INSTR_N=inn, num_warps=nw, **extra)  # noqa: E731
+    elif form == "ptr":
+        launch = lambda g: _mm3_ptr[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
+                                          STAGES=ns, num_warps=nw)
+    else:
+        ws = form == "desc_ws"
+        launch = lambda g: _mm3_desc[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
+                                           STAGES=ns, WS=ws, num_warps=nw)
+    k = launch(n_sm)
+    grid = min(NT, _slots(k, n_sm))
+    launch(grid)
+    torch.cuda.synchronize()
+    ms = _time_ms(lambda: launch(grid))
+    return ms, grid, k
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+", type=int)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--configs", nargs="*", default=None)
+    args = ap.parse_args()
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for n in args.cases:
+        case = load_case(f"case{n:02d}")
+        for name, (M, N, K) in shapes(case).items():
+            g = torch.Generator(device="cuda").manual_seed(0)
+            a = torch.randn(M, K, device="cuda", generator=g)
+            w = torch.randn(K, N, device="cuda", generator=g) / K ** 0.5
+            ahi = a.to(torch.bfloat16); alo = (a - ahi.float()).to(torch.bfloat16)
+            whi = w.to(torch.bfloat16); wlo = (w - whi.float()).to(torch.bfloat16)
+            ref = alo.float() @ whi.float() + ahi.float() @ wlo.float() + ahi.float() @ whi.float()
+            a3 = torch.cat([alo, ahi, ahi], 1)
+            w3 = torch.cat([whi, wlo, whi], 0)
+            c = torch.empty(M, N, device="cuda")
+            r = dict(case=n, gemm=name, M=M, N=N, K=K, layers=case.L,
+                     cublas_us=1e3 * _time_ms(lambda: torch.matmul(a3, w3)),
+                     cublas_kernels=_kernel_names(lambda: torch.matmul(a3, w3)))
+            for cname, form, bm, bn, bk, nw, ns in CONFIGS:
+                if args.configs and cname not in args.configs:
+                    continue
+                if M % bm or N % bn or K % bk:
+                    continue
+                try:
+                    c.zero_()
+                    ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
+                                             ctas=2 if cname.endswith("_2cta") else 1)
+                    err = float((c - ref).abs().max())
+                    r[cname] = dict(us=1e3 * ms, grid=grid, regs=k.n_regs, smem=k.metadata.shared,
+                                    warps=k.metadata.num_warps, max_err=err,
+                                    tflops=2 * M * N * 3 * K / (ms * 1e-3) / 1e12)
+                except Exception as e:  # a config that does not compile or launch is reported, not fatal
+                    r[cname] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        for cname, *_ in CONFIGS:
+            us = [r[cname]["us"] for r in rows if r["case"] == n and "us" in r.get(cname, {})]
+            if len(us) == 4:
+                print(f"case {n}: {cname} {sum(us):.1f} us/layer", flush=True)
+        print(f"case {n}: cublas {sum(r['cublas_us'] for r in rows if r['case'] == n):.1f} us/layer", flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        Path(args.out, "gemm_probe.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Would fewer than three bf16 products per GEMM pass the gate? A CPU emulation for docs/seqres.md.
+
+The model of SPEC §2 in float64, with every matrix product (the four linear GEMMs and, with ``--attn``,
+q·kᵀ and p·v) computed the way a kernel scheme would: its operands rounded and split as the scheme does,
+the products summed exactly. The output is judged by the gate against ``reference_forward`` at all 7
+scales × 2 seeds, as the correctness stage does; it prints each case's worst error over the tolerance.
+
+Schemes (``a`` is the activation operand, ``w`` the weight / second operand):
+  bf16x3   a_lo·w_hi + a_hi·w_lo + a_hi·w_hi, bf16 hi/lo (what the kernel runs)
+  f16_w1   a split into fp16 hi/lo, w rounded to fp16 once: two products (w's rounding is the error)
+  f16_a1   a rounded to fp16 once, w split into fp16 hi/lo: two products
+  bf16_w1  a split into bf16 hi/lo, w rounded to bf16 once
+  exact    no rounding (checks the emulation itself)
+
+    python -m kernels.seqres.precision_probe f16_w1 [--attn bf16x3] [--cases 5 11]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..cases import load_case
+from ..gate import gate
+from ..reference import LN_EPS, reference_forward
+from ..weights import make_input, make_weights
+
+SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
+SEEDS = (0, 1)
+
+
+def _round(x, dt):
+    return x.to(dt).to(torch.float64)
+
+
+def _split(x, dt):
+    hi = _round(x, dt)
+    return hi, _round(x - hi, dt)
+
+
+def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
+    """a [..., K] @ w_t [..., K, N] (float64) as ``scheme`` computes it."""
+    if scheme == "exact":
+        return a @ w_t
+    if scheme == "bf16x3":
+        ah, al = _split(a, torch.bfloat16)
+        wh, wl = _split(w_t, torch.bfloat16)
+        return al @ wh + ah @ wl + ah @ wh
+    if scheme in ("f16_w1", "bf16_w1"):
+        dt = torch.float16 if scheme == "f16_w1" else torch.bfloat16
+        ah, al = _split(a, dt)
+        w1 = _round(w_t, dt)
+        return ah @ w1 + al @ w1
+    if scheme == "f16_a1":
+        a1 = _round(a, torch.float16)
+        wh, wl = _split(w_t, torch.float16)
+        return a1 @ wh + a1 @ wl
+    raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1")
+
+
+def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str) -> torch.Tensor:
+    B, S, D = x.shape
+    dh = D // H
+    L = (len(flat) - 2) // 12
+    x = x.double()
+    flat = [t.double() for t in flat]
+    for layer in range(L):
+        ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2 = flat[12 * layer:12 * layer + 12]
+        h = F.layer_norm(x, (D,), ln1_w, ln1_b, LN_EPS)
+        qkv = matmul(h, w_qkv.t(), scheme) + b_qkv
+        q, k, v = qkv.view(B, S, 3, H, dh).permute(2, 0, 3, 1, 4)
+        s = matmul(q, k.transpose(-1, -2), attn_scheme) / math.sqrt(dh)
+        if causal:
+            s = s.masked_fill(torch.triu(torch.ones(S, S, dtype=torch.bool), 1), float("-inf"))
+        a = matmul(torch.softmax(s, -1), v, attn_scheme).transpose(1, 2).reshape(B, S, D)
+        x = x + matmul(a, w_o.t(), scheme) + b_o
+        h = F.layer_norm(x, (D,), ln2_w, ln2_b, LN_EPS)
+        x = x + matmul(F.gelu(matmul(h, w_1.t(), scheme) + b_1), w_2.t(), scheme) + b_2
+    return F.layer_norm(x, (D,), flat[-2], flat[-1], LN_EPS).float()
+
+
+def worst(case_no: int, scheme: str, attn_scheme: str) -> tuple[float, tuple]:
+    case = load_case(case_no)
+    w = make_weights(case)
+    out = (0.0, None)
+    for scale in SCALES:
+        for seed in SEEDS:
+            x = make_input(case, scale, seed)
+            g = gate(forward(x, w.flat(), case.H, case.causal, scheme, attn_scheme), reference_forward(case, w, x))
+            if g.max_over_tol > out[0]:
+                out = (g.max_over_tol, (scale, seed))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scheme")
+    ap.add_argument("--attn", default=None, help="scheme of the attention products (default: the same)")
+    ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
+    a = ap.parse_args(argv)
+    for c in a.cases:
+        w, at = worst(c, a.scheme, a.attn or a.scheme)
+        print(f"case{c:02d} linear={a.scheme} attn={a.attn or a.scheme}: worst {w:.4f} x tolerance at "
+              f"(scale, seed) {at}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The seqres measurement probes that run without a GPU (docs/seqres.md, session 8).
+
+- ``precision_probe``: its float64 emulation of the model must reproduce the reference when nothing is
+  rounded, rank the schemes by their rounding (bf16x3 far inside the gate, one fp16 operand not), and
+  judge through the real gate.
+- ``gluon_gemm``: the Gluon bf16x3 GEMM kernels (GPU only to run) must still compile for sm_90a with the
+  installed Triton, with the TMA loads, wgmma and (warp-specialized) register hand-over they were measured with.
+"""
+import os
+import subprocess
+import sys
+
+import torch
+
+from kernels import load_case, make_input, make_weights
+from kernels.gate import gate
+from kernels.reference import reference_forward
+from kernels.seqres import gemm_probe, precision_probe
+from kernels.seqres.gluon_gemm import instr_n, ws_maxnreg
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _max_over_tol(scheme, attn=None, scale=1.0, seed=0):
+    case = load_case("smoke1")
+    w = make_weights(case)
+    x = make_input(case, scale, seed)
+    out = precision_probe.forward(x, w.flat(), case.H, case.causal, scheme, attn or scheme)
+    return gate(out, reference_forward(case, w, x)).max_over_tol
+
+
+def test_precision_probe_exact_matches_the_reference():
+    assert _max_over_tol("exact") < 1e-3
+
+
+def test_precision_probe_ranks_schemes_by_their_rounding():
+    bf16x3 = _max_over_tol("bf16x3", scale=0.1)
+    one_fp16 = _max_over_tol("f16_w1", scale=0.1)
+    one_bf16 = _max_over_tol("bf16_w1", scale=0.1)
+    assert bf16x3 < 0.1
+    assert one_fp16 > 5 * bf16x3
+    assert one_bf16 > 2 * one_fp16  # bf16 keeps 3 fewer mantissa bits than fp16
+
+
+def test_precision_probe_matmul_schemes_agree_without_rounding_error():
+    a = torch.randint(-8, 8, (5, 7), dtype=torch.float64)  # exact in bf16 and fp16: every scheme is exact
+    w = torch.randint(-8, 8, (7, 3), dtype=torch.float64)
+    for s in ("exact", "bf16x3", "f16_w1", "f16_a1", "bf16_w1"):
+        assert torch.equal(precision_probe.matmul(a, w, s), a @ w), s
+
+
+def test_gemm_probe_configs_are_well_formed():
+    names = [c[0] for c in gemm_probe.CONFIGS]
+    assert len(names) == len(set(names))
+    for name, form, bm, bn, bk, nw, ns in gemm_probe.CONFIGS:
+        assert form in ("ptr", "desc", "desc_ws", "gluon", "gluon_ws"), name
+        assert bm % (16 * min(nw, 4)) == 0 and bn % 8 == 0 and bk % 16 == 0, name
+        if form.startswith("gluon"):
+            assert bn % instr_n(bm, bn, nw) == 0, name
+
+
+def test_ws_register_cap_fits_the_register_file():
+    for nw in (4, 8):
+        for ctas in (1, 2):
+            assert ws_maxnreg(nw, ctas) * 32 * (nw + 4) * ctas <= 65536
+
+
+def test_gluon_gemm_compiles_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-m", "kernels.seqres.gluon_gemm"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 4, p.stdout
+    for ln in lines:
+        fields = dict(f.split("=") for f in ln.split(": ", 1)[1].split())
+        assert int(fields["wgmma"]) > 0 and int(fields["tma"]) > 0, ln
+        assert int(fields["shared"]) <= 232448, ln  # fits one H100/H200 SM
+        if ln.startswith("mm3_gluon_ws"):
+            assert int(fields["setmaxnreg"]) > 0, ln  # the producer hands its registers to the MMA warps
