@@ -153,6 +153,17 @@ def test_timing_job_resources_come_from_the_h200_gpu_type(repo):
     assert counts["timing"] == 14 * len(matrix_expectation("full")["variants"])
 
 
+def test_correctness_jobs_are_scheduled_before_timing_and_ncu(repo):
+    """Ready correctness jobs go first (rule priority): on one GPU box they run several at a time and fill the
+    compile cache before the timing and ncu jobs, which claim every core and run alone."""
+    p = smk(repo, "-n", "--forceall", "outputs/correctness/h200/case07/auto.json",
+            "outputs/timing/h200/case07/auto.json", "outputs/ncu/h200/case07/auto.json")
+    text = p.stdout + p.stderr
+    prio = {m.group(1): int(m.group(2)) for m in
+            re.finditer(r"rule (\w+):\n(?:    .*\n)*?    priority: (\d+)", text)}
+    assert prio.get("correctness", 0) > prio.get("timing", 0) and prio.get("correctness", 0) > prio.get("ncu", 0), text
+
+
 def test_per_case_target_is_everything_about_that_case(repo):
     counts, text = dry(repo, "case05", "--config", "matrix=quick", "gpu=h200")
     assert counts == {"correctness": 4, "timing": 4, "ncu": 1, "case05": 1, "total": 10} or \

@@ -10,6 +10,10 @@ rule correctness:
     params:
         overrides=shell_args(JOB_OVERRIDES),
     threads: job_threads
+    # ready correctness jobs are scheduled before timing / ncu jobs: they fail fast, and where they run several
+    # at a time (device_quick.sh) they fill the compile cache that the timing and ncu jobs, which run alone, reuse
+    # (without it Snakemake 9 picked timing and ncu first once, compiling every tune candidate serially: 9 min)
+    priority: 1
     conda:
         "../envs/pipeline.yaml"
     resources:
