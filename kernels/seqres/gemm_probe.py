@@ -16,7 +16,8 @@ against cuBLAS on the same work (bf16 over K tripled). Timed as 20 launches capt
 between two CUDA events (no host launch cost, no cache flush: the megakernel's weights stay in L2 too), median
 of 5 replays.
 
-    python -m kernels.seqres.gemm_probe 1 7 9 10 11 [--configs NAME ...] [--out DIR]
+    python -m kernels.seqres.gemm_probe 1 7 9 10 11 [--configs NAME ...] [--gemms ffn1 ...] [--out DIR]
+    python -m kernels.seqres.gemm_probe 1 --gemms ffn1 --configs ... --once   # one launch each, for ncu
 """
 from __future__ import annotations
 
@@ -158,7 +159,7 @@ def _slots(kernel, n_sm: int) -> int:
     return n_sm * max(1, per_sm)
 
 
-def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1):
+def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False):
     ahi, alo, whi, wlo, c, M, N, K = ops
     NT = (M // bm) * (N // bn)
     if form in ("gluon", "gluon_ws"):
@@ -179,7 +180,7 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1):
     grid = min(NT, _slots(k, n_sm))
     launch(grid)
     torch.cuda.synchronize()
-    ms = _time_ms(lambda: launch(grid))
+    ms = float("nan") if once else _time_ms(lambda: launch(grid))
     return ms, grid, k
 
 
@@ -188,6 +189,10 @@ def main():
     ap.add_argument("cases", nargs="+", type=int)
     ap.add_argument("--out", default=None)
     ap.add_argument("--configs", nargs="*", default=None)
+    ap.add_argument("--gemms", nargs="*", default=None, help="of qkv oproj ffn1 ffn2 (default: all four)")
+    ap.add_argument("--once", action="store_true",
+                    help="no timing: each kernel launched at its persistent grid once after its compile launch "
+                         "(cuBLAS once), for Nsight Compute")
     args = ap.parse_args()
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
@@ -195,6 +200,8 @@ def main():
     for n in args.cases:
         case = load_case(f"case{n:02d}")
         for name, (M, N, K) in shapes(case).items():
+            if args.gemms and name not in args.gemms:
+                continue
             g = torch.Generator(device="cuda").manual_seed(0)
             a = torch.randn(M, K, device="cuda", generator=g)
             w = torch.randn(K, N, device="cuda", generator=g) / K ** 0.5
@@ -204,9 +211,13 @@ def main():
             a3 = torch.cat([alo, ahi, ahi], 1)
             w3 = torch.cat([whi, wlo, whi], 0)
             c = torch.empty(M, N, device="cuda")
-            r = dict(case=n, gemm=name, M=M, N=N, K=K, layers=case.L,
-                     cublas_us=1e3 * _time_ms(lambda: torch.matmul(a3, w3)),
-                     cublas_kernels=_kernel_names(lambda: torch.matmul(a3, w3)))
+            if args.once:
+                torch.matmul(a3, w3)
+                r = dict(case=n, gemm=name, M=M, N=N, K=K, layers=case.L, cublas_us=float("nan"))
+            else:
+                r = dict(case=n, gemm=name, M=M, N=N, K=K, layers=case.L,
+                         cublas_us=1e3 * _time_ms(lambda: torch.matmul(a3, w3)),
+                         cublas_kernels=_kernel_names(lambda: torch.matmul(a3, w3)))
             for cname, form, bm, bn, bk, nw, ns in CONFIGS:
                 if args.configs and cname not in args.configs:
                     continue
@@ -215,7 +226,7 @@ def main():
                 try:
                     c.zero_()
                     ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
-                                             ctas=2 if cname.endswith("_2cta") else 1)
+                                             ctas=2 if cname.endswith("_2cta") else 1, once=args.once)
                     err = float((c - ref).abs().max())
                     r[cname] = dict(us=1e3 * ms, grid=grid, regs=k.n_regs, smem=k.metadata.shared,
                                     warps=k.metadata.num_warps, max_err=err,
