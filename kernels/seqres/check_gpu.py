@@ -172,6 +172,13 @@ SWEEP = {
     "nest_n64_nofill": dict(_NEST64, attn_fill=False),
     "nest_n64_nofill_ast1": dict(_NEST64, attn_fill=False, attn_stages=1),
     "nest_n64_bkv32": dict(_NEST64, block_kv=32),
+    # session 8: 128-row GEMM tiles on 4 warps (half the weight re-reads per MMA; 2 stages so that 2 programs fit
+    # an SM), on one sequence (S >= 128) or on groups of 2 / 4; "s2" is the same depth at 64 rows
+    "s2": dict(num_stages=2),
+    "bm128_s2": dict(block_m=128, num_stages=2),
+    "g2_bm128_s2": dict(seqs_per_program=2, block_m=128, num_stages=2),
+    "g4_bm128_s2": dict(seqs_per_program=4, block_m=128, num_stages=2),
+    "ao_ff_bm128_s2": dict(attn_oproj=True, ffn_fused=True, block_m=128, num_stages=2, attn_stages=1),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
