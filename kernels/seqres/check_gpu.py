@@ -179,6 +179,12 @@ SWEEP = {
     "g2_bm128_s2": dict(seqs_per_program=2, block_m=128, num_stages=2),
     "g4_bm128_s2": dict(seqs_per_program=4, block_m=128, num_stages=2),
     "ao_ff_bm128_s2": dict(attn_oproj=True, ffn_fused=True, block_m=128, num_stages=2, attn_stages=1),
+    # session 8: finer pipeline steps in the same shared memory (K steps of 16, 4-5 stages, attention 1 stage:
+    # 82-94 KiB, two programs per SM); "ast1" is the control at K steps of 32, 3 stages
+    "ast1": dict(attn_stages=1),
+    "bk16_s4_ast1": dict(block_k=16, num_stages=4, attn_stages=1),
+    "bk16_s5_ast1": dict(block_k=16, num_stages=5, attn_stages=1),
+    "nest_n64_bk16_s5_ast1": dict(_NEST64, block_k=16, num_stages=5, attn_stages=1),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
