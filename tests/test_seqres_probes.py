@@ -21,16 +21,23 @@ from kernels.seqres.gluon_gemm import instr_n, ws_maxnreg
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _max_over_tol(scheme, attn=None, scale=1.0, seed=0):
+def _max_over_tol(scheme, attn=None, scale=1.0, seed=0, ln_fold=False):
     case = load_case("smoke1")
     w = make_weights(case)
     x = make_input(case, scale, seed)
-    out = precision_probe.forward(x, w.flat(), case.H, case.causal, scheme, attn or scheme)
+    out = precision_probe.forward(x, w.flat(), case.H, case.causal, scheme, attn or scheme, ln_fold)
     return gate(out, reference_forward(case, w, x)).max_over_tol
 
 
 def test_precision_probe_exact_matches_the_reference():
     assert _max_over_tol("exact") < 1e-3
+
+
+def test_precision_probe_ln_fold_is_the_layernorm():
+    """The folded form rstd*(y W') - rstd*mean*s + c is LN(y) W + b: exact products reproduce the reference at
+    the gate's extreme scales (one-pass fp32 statistics included)."""
+    for scale in (1e-3, 1e3):
+        assert _max_over_tol("exact", scale=scale, ln_fold=True) < 0.01
 
 
 def test_precision_probe_ranks_schemes_by_their_rounding():

@@ -9,6 +9,9 @@ like a megakernel phase), in three load forms:
   desc_ws  tensor descriptors and ``tl.range(..., warp_specialize=True)``: Triton 3.6's Hopper
            warp specialization (a producer partition issues the TMA loads, two consumer warpgroups
            run the dots and the epilogue)
+  ptr_lnfold  the pointer loop on the raw fp32 residual with the LayerNorm folded in (docs/seqres.md next
+           steps): A loaded as fp32, split into bf16 hi/lo in registers at every K step, the row sums
+           Σy, Σy² accumulated in the loop, out = rstd·acc − rstd·mean·s + c in the epilogue
   gluon    the same work written in Gluon (``gluon_gemm.mm3_gluon``): TMA into an mbarrier ring, the
            three wgmma of a K step asynchronous, one step in flight while the next is issued
 
@@ -36,6 +39,8 @@ from ..cases import load_case
 CONFIGS = (
     ("ptr_64x128x32_s3", "ptr", 64, 128, 32, 4, 3),
     ("ptr_64x128x64_s3", "ptr", 64, 128, 64, 4, 3),
+    ("lnfold_64x128x32_s3", "ptr_lnfold", 64, 128, 32, 4, 3),
+    ("lnfold_64x64x32_s3", "ptr_lnfold", 64, 64, 32, 4, 3),
     ("desc_64x128x64_s3", "desc", 64, 128, 64, 4, 3),
     ("desc_64x128x32_s4", "desc", 64, 128, 32, 4, 4),
     ("ws_64x128x64_s3", "desc_ws", 64, 128, 64, 4, 3),
@@ -83,6 +88,41 @@ def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
             acc = tl.dot(a_h, w_l, acc)
             acc = tl.dot(a_h, w_h, acc)
         tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm3_ptr_lnfold(y, whi, wlo, s_ptr, c_ptr, c, M, N, K, NT,
+                    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """LN(y)·W + b as rstd ⊙ (y·W') − (rstd·mean) ⊙ s + c: y fp32, split per K step; W' presplit."""
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        s1 = tl.zeros([BM], tl.float32)
+        s2 = tl.zeros([BM], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            a = tl.load(y + a_off + k)
+            s1 += tl.sum(a, 1)
+            s2 += tl.sum(a * a, 1)
+            a_h = a.to(tl.bfloat16)
+            a_l = (a - a_h.to(tl.float32)).to(tl.bfloat16)
+            w_h = tl.load(whi + w_off + k * N)
+            w_l = tl.load(wlo + w_off + k * N)
+            acc = tl.dot(a_l, w_h, acc)
+            acc = tl.dot(a_h, w_l, acc)
+            acc = tl.dot(a_h, w_h, acc)
+        mean = s1 / K
+        rstd = tl.rsqrt(s2 / K - mean * mean + 1e-5)
+        sv = tl.load(s_ptr + tn * BN + rn)
+        cv = tl.load(c_ptr + tn * BN + rn)
+        out = rstd[:, None] * acc - (rstd * mean)[:, None] * sv[None, :] + cv[None, :]
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], out)
 
 
 @triton.jit
@@ -159,7 +199,7 @@ def _slots(kernel, n_sm: int) -> int:
     return n_sm * max(1, per_sm)
 
 
-def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False):
+def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_ops=None):
     ahi, alo, whi, wlo, c, M, N, K = ops
     NT = (M // bm) * (N // bn)
     if form in ("gluon", "gluon_ws"):
@@ -169,6 +209,10 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False):
         fn = mm3_gluon if form == "gluon" else mm3_gluon_ws
         extra = {} if form == "gluon" else {"maxnreg": ws_maxnreg(nw, ctas)}
         launch = lambda g: fn[(g,)](*descs, c, N, K, NT, STAGES=ns, INSTR_N=inn, num_warps=nw, **extra)  # noqa: E731
+    elif form == "ptr_lnfold":
+        y32, svec, cvec = extra_ops
+        launch = lambda g: _mm3_ptr_lnfold[(g,)](y32, whi, wlo, svec, cvec, c, M, N, K, NT, BM=bm, BN=bn,  # noqa: E731
+                                                 BK=bk, STAGES=ns, num_warps=nw)
     elif form == "ptr":
         launch = lambda g: _mm3_ptr[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                           STAGES=ns, num_warps=nw)
@@ -208,6 +252,13 @@ def main():
             ahi = a.to(torch.bfloat16); alo = (a - ahi.float()).to(torch.bfloat16)
             whi = w.to(torch.bfloat16); wlo = (w - whi.float()).to(torch.bfloat16)
             ref = alo.float() @ whi.float() + ahi.float() @ wlo.float() + ahi.float() @ whi.float()
+            # the folded LayerNorm's operands (ptr_lnfold): a raw residual row block y with LN(y) = a, so the
+            # folded product must reproduce the same c as the presplit GEMM of a (gamma = 1, beta = 0)
+            y32 = (a * 3.0 + 0.5).contiguous()
+            a_ln = torch.nn.functional.layer_norm(y32, (K,), eps=1e-5)
+            svec = (whi.float() + wlo.float()).sum(0).contiguous()
+            cvec = torch.zeros(N, device="cuda")
+            ref_ln = a_ln @ (whi.float() + wlo.float())
             a3 = torch.cat([alo, ahi, ahi], 1)
             w3 = torch.cat([whi, wlo, whi], 0)
             c = torch.empty(M, N, device="cuda")
@@ -226,8 +277,9 @@ def main():
                 try:
                     c.zero_()
                     ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
-                                             ctas=2 if cname.endswith("_2cta") else 1, once=args.once)
-                    err = float((c - ref).abs().max())
+                                             ctas=2 if cname.endswith("_2cta") else 1, once=args.once,
+                                             extra_ops=(y32, svec, cvec))
+                    err = float((c - (ref_ln if form == "ptr_lnfold" else ref)).abs().max())
                     r[cname] = dict(us=1e3 * ms, grid=grid, regs=k.n_regs, smem=k.metadata.shared,
                                     warps=k.metadata.num_warps, max_err=err,
                                     tflops=2 * M * N * 3 * K / (ms * 1e-3) / 1e12)

@@ -12,7 +12,12 @@ Schemes (``a`` is the activation operand, ``w`` the weight / second operand):
   bf16_w1  a split into bf16 hi/lo, w rounded to bf16 once
   exact    no rounding (checks the emulation itself)
 
-    python -m kernels.seqres.precision_probe f16_w1 [--attn bf16x3] [--cases 5 11]
+With ``--ln-fold`` the two GEMMs behind a LayerNorm (QKV, FFN1) take the LayerNorm algebraically:
+LN(y)·W + b = rstd ⊙ (y·W′) − (rstd·mean) ⊙ s + c, with W′ = diag(γ)·W, s = 1ᵀW′, c = βᵀW + b (fp32), the product
+y·W′ on the raw residual in the scheme, and one-pass fp32 statistics (Σy, Σy² per row) as a K loop would
+accumulate them (docs/seqres.md, next steps).
+
+    python -m kernels.seqres.precision_probe f16_w1 [--attn bf16x3] [--ln-fold] [--cases 5 11]
 """
 from __future__ import annotations
 
@@ -60,7 +65,23 @@ def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
     raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1")
 
 
-def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str) -> torch.Tensor:
+def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold: bool) -> torch.Tensor:
+    """LN(y) @ wᵀ + b (float64 in, float64 out): the LayerNorm applied first, or folded into the product."""
+    D = y.shape[-1]
+    if not fold:
+        return matmul(F.layer_norm(y, (D,), ln_w, ln_b, LN_EPS), w.t(), scheme) + b
+    y32 = y.float()
+    mean = y32.sum(-1, keepdim=True) / D
+    var = (y32 * y32).sum(-1, keepdim=True) / D - mean * mean
+    rstd = torch.rsqrt(var + LN_EPS).double()
+    mean = mean.double()
+    w_f = (ln_w[:, None] * w.t()).float().double()         # W' = diag(gamma) W, stored in fp32, [K, N]
+    s = w_f.sum(0)
+    c = (ln_b.float() @ w.t().float() + b.float()).double()
+    return rstd * matmul(y.float().double(), w_f, scheme) - (rstd * mean) * s + c
+
+
+def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str, ln_fold: bool = False) -> torch.Tensor:
     B, S, D = x.shape
     dh = D // H
     L = (len(flat) - 2) // 12
@@ -68,27 +89,26 @@ def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str) -> tor
     flat = [t.double() for t in flat]
     for layer in range(L):
         ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2 = flat[12 * layer:12 * layer + 12]
-        h = F.layer_norm(x, (D,), ln1_w, ln1_b, LN_EPS)
-        qkv = matmul(h, w_qkv.t(), scheme) + b_qkv
+        qkv = ln_linear(x, ln1_w, ln1_b, w_qkv, b_qkv, scheme, ln_fold)
         q, k, v = qkv.view(B, S, 3, H, dh).permute(2, 0, 3, 1, 4)
         s = matmul(q, k.transpose(-1, -2), attn_scheme) / math.sqrt(dh)
         if causal:
             s = s.masked_fill(torch.triu(torch.ones(S, S, dtype=torch.bool), 1), float("-inf"))
         a = matmul(torch.softmax(s, -1), v, attn_scheme).transpose(1, 2).reshape(B, S, D)
         x = x + matmul(a, w_o.t(), scheme) + b_o
-        h = F.layer_norm(x, (D,), ln2_w, ln2_b, LN_EPS)
-        x = x + matmul(F.gelu(matmul(h, w_1.t(), scheme) + b_1), w_2.t(), scheme) + b_2
+        x = x + matmul(F.gelu(ln_linear(x, ln2_w, ln2_b, w_1, b_1, scheme, ln_fold)), w_2.t(), scheme) + b_2
     return F.layer_norm(x, (D,), flat[-2], flat[-1], LN_EPS).float()
 
 
-def worst(case_no: int, scheme: str, attn_scheme: str) -> tuple[float, tuple]:
+def worst(case_no: int, scheme: str, attn_scheme: str, ln_fold: bool = False) -> tuple[float, tuple]:
     case = load_case(case_no)
     w = make_weights(case)
     out = (0.0, None)
     for scale in SCALES:
         for seed in SEEDS:
             x = make_input(case, scale, seed)
-            g = gate(forward(x, w.flat(), case.H, case.causal, scheme, attn_scheme), reference_forward(case, w, x))
+            y = forward(x, w.flat(), case.H, case.causal, scheme, attn_scheme, ln_fold)
+            g = gate(y, reference_forward(case, w, x))
             if g.max_over_tol > out[0]:
                 out = (g.max_over_tol, (scale, seed))
     return out
@@ -98,12 +118,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("scheme")
     ap.add_argument("--attn", default=None, help="scheme of the attention products (default: the same)")
+    ap.add_argument("--ln-fold", action="store_true", help="fold LN1/LN2 into the QKV/FFN1 products")
     ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
     a = ap.parse_args(argv)
     for c in a.cases:
-        w, at = worst(c, a.scheme, a.attn or a.scheme)
-        print(f"case{c:02d} linear={a.scheme} attn={a.attn or a.scheme}: worst {w:.4f} x tolerance at "
-              f"(scale, seed) {at}", flush=True)
+        w, at = worst(c, a.scheme, a.attn or a.scheme, a.ln_fold)
+        print(f"case{c:02d} linear={a.scheme} attn={a.attn or a.scheme}{' ln-fold' if a.ln_fold else ''}: worst "
+              f"{w:.4f} x tolerance at (scale, seed) {at}", flush=True)
 
 
 if __name__ == "__main__":
