@@ -20,6 +20,7 @@ from .megakernel import BARRIERS_PER_LAYER, BARRIERS_PER_LAYER_FLAT, _seqres_fwd
 
 PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
 _EPOCH_LIMIT = 1 << 30
+LN_LOCAL_MAX_D = 128  # ln_local: the [block_m, D] row block's hi/lo parts live in registers (64 of them at D = 128)
 
 
 def interpreting() -> bool:
@@ -66,7 +67,7 @@ class SeqresPrepared:
 def _barriers_per_layer(meta: dict) -> int:
     if meta["FLAT"]:
         return (int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
-                - 2 * int(bool(meta.get("LNF"))))
+                - 2 * int(bool(meta.get("LNF")) or bool(meta.get("LNL"))))
     return int(BARRIERS_PER_LAYER.value)
 
 
@@ -250,6 +251,15 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if lnf and not (ao and ff):
         raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
                          "do the LayerNorms)")
+    if o["ln_local"] not in (True, False):
+        raise ValueError(f"seqres: ln_local={o['ln_local']!r}: true or false")
+    lnl = bool(o["ln_local"])
+    if lnl and not (ao and ff) or lnl and lnf:
+        raise ValueError("seqres: ln_local=true needs attn_oproj=true and ffn_fused=true, and not ln_fold (the FFN "
+                         "phase adds into z, which the attention phase folds into y)")
+    if lnl and _pow2(D) > LN_LOCAL_MAX_D:
+        raise ValueError(f"seqres: ln_local=true keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
+                         f"{LN_LOCAL_MAX_D}; set ln_local=false")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
@@ -269,7 +279,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -575,9 +585,9 @@ PHASES_FLAT = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
 def flat_phases(meta: dict) -> tuple:
     """Names of a flat layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds
     its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn, ``ln_fold`` drops ln1 and ln2 (the last
-    arrivals of the attention and FFN phases normalise)."""
+    arrivals of the attention and FFN phases normalise), and so does ``ln_local`` (the GEMM programs normalise)."""
     names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")
-             and not (meta.get("LNF") and n in ("ln1", "ln2"))]
+             and not ((meta.get("LNF") or meta.get("LNL")) and n in ("ln1", "ln2"))]
     if meta.get("FF"):
         names = names[:-2] + ["ffn"]
     return tuple(names)
