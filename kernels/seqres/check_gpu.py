@@ -186,12 +186,19 @@ SWEEP = {
     "bk16_s5_ast1": dict(block_k=16, num_stages=5, attn_stages=1),
     "nest_n64_bk16_s5_ast1": dict(_NEST64, block_k=16, num_stages=5, attn_stages=1),
     # session 9: ln_local (D <= 128): no LayerNorm phases, the QKV / FFN programs normalise their own row blocks
+    # (f218ae9: QKV and FFN loops not software-pipelined: 12-80% slower everywhere; since then pipelined 2 deep)
     "lnl_nest": dict(_AFN, ln_local=True),
     "lnl_nest_h64": dict(_AFN, ln_local=True, block_h=64),
     "g2_lnl_nest": dict(_AFN, ln_local=True, seqs_per_program=2),
     "g2_lnl_nest_h64": dict(_AFN, ln_local=True, seqs_per_program=2, block_h=64),
     "g4_lnl_nest": dict(_AFN, ln_local=True, seqs_per_program=4),
     "g4_lnl_nest_h64": dict(_AFN, ln_local=True, seqs_per_program=4, block_h=64),
+    "lnl_nest_h32": dict(_AFN, ln_local=True, block_h=32),
+    "g2_lnl_nest_h32": dict(_AFN, ln_local=True, seqs_per_program=2, block_h=32),
+    "g4_lnl_nest_h32": dict(_AFN, ln_local=True, seqs_per_program=4, block_h=32),
+    "lnq_nest": dict(_AFN, ln_local="qkv"),
+    "g2_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=2),
+    "g4_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=4),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

@@ -67,7 +67,7 @@ class SeqresPrepared:
 def _barriers_per_layer(meta: dict) -> int:
     if meta["FLAT"]:
         return (int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
-                - 2 * int(bool(meta.get("LNF")) or bool(meta.get("LNL"))))
+                - 2 * int(bool(meta.get("LNF"))) - int(meta.get("LNL", 0)))
     return int(BARRIERS_PER_LAYER.value)
 
 
@@ -251,14 +251,16 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if lnf and not (ao and ff):
         raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
                          "do the LayerNorms)")
-    if o["ln_local"] not in (True, False):
-        raise ValueError(f"seqres: ln_local={o['ln_local']!r}: true or false")
-    lnl = bool(o["ln_local"])
-    if lnl and not (ao and ff) or lnl and lnf:
-        raise ValueError("seqres: ln_local=true needs attn_oproj=true and ffn_fused=true, and not ln_fold (the FFN "
-                         "phase adds into z, which the attention phase folds into y)")
+    lnl = {False: 0, "qkv": 1, "all": 2, True: 2}.get(o["ln_local"], -1)
+    if lnl < 0:
+        raise ValueError(f"seqres: ln_local={o['ln_local']!r}: false, qkv or all (true)")
+    if lnl and not (flat and o["attn_presplit"]) or lnl and lnf:
+        raise ValueError("seqres: ln_local needs gemm_loop=flat or nested with attn_presplit=true, and not ln_fold")
+    if lnl == 2 and not (ao and ff):
+        raise ValueError("seqres: ln_local=all needs attn_oproj=true and ffn_fused=true (the FFN phase adds into z, "
+                         "which the attention phase folds into y)")
     if lnl and _pow2(D) > LN_LOCAL_MAX_D:
-        raise ValueError(f"seqres: ln_local=true keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
+        raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
                          f"{LN_LOCAL_MAX_D}; set ln_local=false")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
@@ -586,8 +588,10 @@ def flat_phases(meta: dict) -> tuple:
     """Names of a flat layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds
     its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn, ``ln_fold`` drops ln1 and ln2 (the last
     arrivals of the attention and FFN phases normalise), and so does ``ln_local`` (the GEMM programs normalise)."""
+    lnl = meta.get("LNL", 0)
     names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")
-             and not ((meta.get("LNF") or meta.get("LNL")) and n in ("ln1", "ln2"))]
+             and not (meta.get("LNF") and n in ("ln1", "ln2"))
+             and not (lnl and n == "ln1") and not (lnl == 2 and n == "ln2")]
     if meta.get("FF"):
         names = names[:-2] + ["ffn"]
     return tuple(names)

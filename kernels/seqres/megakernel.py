@@ -864,13 +864,15 @@ def _qkv_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN1 of y + z, computed b
                      row0, rank,
                      M: tl.constexpr, N: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr,
                      PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                     BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, LDO: tl.constexpr):
+                     BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, LDO: tl.constexpr,
+                     ADDZ: tl.constexpr):
     """The QKV GEMM with LN1 in the program (``ln_local``, D <= 128): a contiguous run of [BM, BN] tiles per
     program; when a tile starts a new row block the program loads y + z of those rows and normalises them into
     its registers (the whole A operand, K = D), so no LayerNorm phase and no barrier precede the GEMM. y and z
-    are not written in this phase. One step of three dots per tile (K = D), A from registers (wgmma with a
-    register operand). The tile loop is not software-pipelined: Triton 3.6's pipeliner fails on it (a pass
-    failure at compile time), so each tile's weight loads go through registers; a program has 1-3 tiles."""
+    (ADDZ: ``ln_local: all``) are not written in this phase. One step of three dots per tile (K = D), A from
+    registers (wgmma with a register operand). The tile loop is software-pipelined 2 deep (the weight tiles,
+    [D, BN] hi and lo: 32 KB per stage at D = 128, BN = 64); its store is masked, not branched on (Triton 3.6's
+    pipeliner fails on a conditional epilogue next to a register-operand dot)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     TPP: tl.constexpr = (NT + R - 1) // R
@@ -878,13 +880,13 @@ def _qkv_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN1 of y + z, computed b
     offs_d = tl.arange(0, BD)
     a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
     prev = -1
-    for i in tl.range(0, TPP, num_stages=1):  # constexpr trip count; steps past the share redo the last tile, store nothing
+    for i in tl.range(0, TPP, num_stages=2):  # constexpr trip count; steps past the share redo the last tile, store nothing
         t = rank * TPP + i
         tc = tl.minimum(t, NT - 1)
         tm = tc // NT_N
         tn = tc - tm * NT_N
         if tm != prev:
-            a_hi, a_lo = _ln_operand(y_ptr, z_ptr, lnw_ptr, lnb_ptr, row0, tm, M, D, BM, BD, CM, True, PRESPLIT)
+            a_hi, a_lo = _ln_operand(y_ptr, z_ptr, lnw_ptr, lnb_ptr, row0, tm, M, D, BM, BD, CM, ADDZ, PRESPLIT)
         prev = tm
         offs_n = tn * BN + tl.arange(0, BN)
         if EVEN:
@@ -896,9 +898,13 @@ def _qkv_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN1 of y + z, computed b
         acc = tl.dot(a_lo, w_hi, tl.zeros((BM, BN), tl.float32), input_precision=PREC)
         acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
         acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
-        if t < NT:
-            _tile_epilogue(acc, b_ptr, o_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True, M, N, BM, BN, False, False,
-                           PRESPLIT, PRESPLIT, CM, EVEN, LDO, False)
+        offs_m = tm * BM + tl.arange(0, BM)
+        if EVEN:
+            acc += tl.load(b_ptr + offs_n)[None, :]
+        else:
+            acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+        omask = (offs_m < tl.where(t < NT, M, 0))[:, None] & (offs_n < N)[None, :]
+        _store(o_ptr, olo_ptr, (row0 + offs_m)[:, None] * LDO + offs_n[None, :], omask, acc, PRESPLIT)
 
 
 @triton.jit
@@ -914,8 +920,9 @@ def _ffn_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN2 of y, computed by ea
     block of its contiguous run, K = D in one step), and h @ W2[c, :] (+ b2 for chunk 0) is added into z with
     atomics, not into y: the items of a row block read y while others finish, so y stays unwritten in this
     phase (the next attention phase folds z into y; the next QKV phase and the final LayerNorm read y + z).
-    The item loop is not software-pipelined (buffering a W1 and a W2 chunk per stage would take 164 KB of shared
-    memory at block_h 64; two programs per SM need <= 113 KB)."""
+    The item loop is software-pipelined 2 deep (the output column blocks unrolled so that it is the innermost
+    loop): a W1 and a W2 chunk per stage, 4 * D * BH bytes each (hi and lo), so block_h 32 at D = 128 keeps two
+    programs per SM (<= 113 KB); the atomics are masked, not branched on (as in ``_qkv_phase_local``)."""
     F: tl.constexpr = 4 * D
     NC: tl.constexpr = (F + BH - 1) // BH
     NI: tl.constexpr = ((M + BM - 1) // BM) * NC
@@ -925,7 +932,7 @@ def _ffn_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN2 of y, computed by ea
     offs_d = tl.arange(0, BD)
     a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
     prev = -1
-    for i in tl.range(0, TPP, num_stages=1):  # constexpr trip count; steps past the share redo the last item and add nothing
+    for i in tl.range(0, TPP, num_stages=2):  # constexpr trip count; steps past the share redo the last item, add nothing
         it = rank * TPP + i
         itc = tl.minimum(it, NI - 1)
         tm = itc // NC
@@ -955,24 +962,22 @@ def _ffn_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN2 of y, computed by ea
             acc = tl.where((offs_m < M)[:, None] & (offs_h < F)[None, :], acc, 0.0)
         h_hi, h_lo = split_bf16(acc, PRESPLIT == 1)
         rows = row0 + offs_m
-        for n in range(0, NT2):  # BN2-wide column blocks of the output
+        lim = tl.where(it < NI, M, 0)
+        for n in tl.static_range(0, NT2):  # BN2-wide column blocks of the output (unrolled)
             offs_n = n * BN2 + tl.arange(0, BN2)
+            omask = (offs_m < lim)[:, None] & (offs_n < D)[None, :]
             if EVEN:
                 wmask = None
-                omask = None
                 b2 = tl.load(b2_ptr + offs_n)
             else:
                 wmask = (offs_h < F)[:, None] & (offs_n < D)[None, :]
-                omask = (offs_m < M)[:, None] & (offs_n < D)[None, :]
                 b2 = tl.load(b2_ptr + offs_n, mask=offs_n < D, other=0.0)
             w2_hi, w2_lo, w2_hi2 = _w_parts(w2_ptr + offs_h[:, None] * (WROWS * D) + offs_n[None, :], wmask, D, WROWS)
             out = tl.dot(h_lo, w2_hi, tl.zeros((BM, BN2), tl.float32), input_precision=PREC)
             out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
             out = tl.dot(h_hi, w2_hi2, out, input_precision=PREC)
             out += tl.where(c == 0, b2, 0.0)[None, :]
-            if it < NI:
-                tl.atomic_add(z_ptr + rows[:, None] * D + offs_n[None, :], out, mask=omask, sem="relaxed",
-                              scope="gpu")
+            tl.atomic_add(z_ptr + rows[:, None] * D + offs_n[None, :], out, mask=omask, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -994,8 +999,9 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
-    LNL (``ln_local``, with AO and FF): no LayerNorm phases; the QKV and FFN programs normalise their own row
-    blocks in registers, the FFN adds into z and the attention phase folds z into y: 3 barriers per layer."""
+    LNL (``ln_local``) 1: no LN1 phase, the QKV programs normalise their own row blocks in registers; 2 (with AO
+    and FF): no LayerNorm phases, the FFN programs normalise too and add into z, which the attention phase
+    folds into y: 3 barriers per layer."""
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
@@ -1008,7 +1014,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNL:
         _qkv_phase_local(y_ptr, z_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D)
+                         BNQ, BD, CM, WROWS, 4 * D, LNL == 2)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
@@ -1023,7 +1029,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, LNL, z_ptr)
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, LNL == 2, z_ptr)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
@@ -1034,14 +1040,14 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                            NEST)
         _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     b2: tl.constexpr = 3 - AO  # barriers before LN2's
-    if LNF or LNL:  # LN2 came from the attention phase's last arrivals (LNF), or the FFN programs compute it
+    if LNF or LNL == 2:  # LN2 came from the attention phase's last arrivals (LNF), or the FFN programs compute it
         b2f: tl.constexpr = b2 - 1
     else:
         b2f: tl.constexpr = b2
         _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                     PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    if LNL:
+    if LNL == 2:
         _ffn_phase_local(y_ptr, z_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WROWS * D * 4 * D),
                          b1_ptr + l * (4 * D), w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, row0, rank,
                          M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BD, CM, WROWS)
@@ -1065,7 +1071,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
-BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (- FF - AO - 2 LNF|LNL)
+BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 split phases (- FF - AO - 2 LNF - LNL)
 
 
 @triton.jit(do_not_specialize=["epoch", "cepoch", "spin_limit"])
@@ -1115,7 +1121,7 @@ def _seqres_fwd(
     M: tl.constexpr = G * S
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
-    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * (LNF or LNL)) if FLAT else BARRIERS_PER_LAYER
+    NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * LNF - LNL) if FLAT else BARRIERS_PER_LAYER
     NBAR: tl.constexpr = 1 + L * NBL
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
@@ -1125,7 +1131,7 @@ def _seqres_fwd(
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     if LNF:  # layer 0's LN1 split straight from x (the same rows; x is never written)
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr)
-    if LNL:  # z (the FFN phases' output, in the a scratch) starts at 0
+    if LNL == 2:  # z (the FFN phases' output, in the a scratch) starts at 0
         _zero_rows(a_ptr, row0, rank, M, D, R, BM_LN, BD)
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
@@ -1156,6 +1162,7 @@ def _seqres_fwd(
                        LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     if not LNF:  # (LNF: the last layer's FFN phase did, per row block; LNL: of y + z, the last FFN's output)
-        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, 0, None, a_ptr, LNL)
+        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, 0, None, a_ptr,
+                    LNL == 2)
     if TRACE:
         tl.store(trace_row + 2 * NBAR + 1, _now(pid))
