@@ -199,6 +199,11 @@ SWEEP = {
     "lnq_nest": dict(_AFN, ln_local="qkv"),
     "g2_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=2),
     "g4_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=4),
+    # ln_local=all without ffn_fused: FFN1 normalises its own rows too (no LN2 phase), FFN2 its own phase
+    "ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64),
+    "g2_ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64,
+                           seqs_per_program=2),
+    "ao_lnl_ast1": dict(attn_oproj=True, ln_local="all", attn_stages=1, block_n_wide=64),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

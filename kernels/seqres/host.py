@@ -256,8 +256,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: ln_local={o['ln_local']!r}: false, qkv or all (true)")
     if lnl and not (flat and o["attn_presplit"]) or lnl and lnf:
         raise ValueError("seqres: ln_local needs gemm_loop=flat or nested with attn_presplit=true, and not ln_fold")
-    if lnl == 2 and not (ao and ff):
-        raise ValueError("seqres: ln_local=all needs attn_oproj=true and ffn_fused=true (the FFN phase adds into z, "
+    if lnl == 2 and ff and not ao:
+        raise ValueError("seqres: ln_local=all with ffn_fused=true needs attn_oproj=true (the FFN phase adds into z, "
                          "which the attention phase folds into y)")
     if lnl and _pow2(D) > LN_LOCAL_MAX_D:
         raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={D} > "

@@ -858,15 +858,16 @@ def _ln_operand(y_ptr, z_ptr, lnw_ptr, lnb_ptr, row0, tm, M: tl.constexpr, D: tl
 
 
 @triton.jit
-def _qkv_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN1 of y + z, computed by each program for its row blocks
-                     w_ptr, b_ptr,       # [WROWS*D, 3D] presplit Wqkv, [3D]
-                     o_ptr, olo_ptr,     # q|k|v as hi/lo parts, row stride LDO
+def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed by each program for its row blocks
+                     w_ptr, b_ptr,       # [WROWS*D, N] presplit weight (Wqkv or W1), [N]
+                     o_ptr, olo_ptr,     # the output as hi/lo parts, row stride LDO (q|k|v, or GELU(FFN1))
                      row0, rank,
                      M: tl.constexpr, N: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr,
                      PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, LDO: tl.constexpr,
-                     ADDZ: tl.constexpr):
-    """The QKV GEMM with LN1 in the program (``ln_local``, D <= 128): a contiguous run of [BM, BN] tiles per
+                     ADDZ: tl.constexpr, GELU: tl.constexpr = 0):
+    """The QKV GEMM with LN1 in the program (``ln_local``, D <= 128), or FFN1 with LN2 and GELU (GELU 1:
+    libdevice erf, 2: polynomial; ``ln_local: all`` without ``ffn_fused``): a contiguous run of [BM, BN] tiles per
     program; when a tile starts a new row block the program loads y + z of those rows and normalises them into
     its registers (the whole A operand, K = D), so no LayerNorm phase and no barrier precede the GEMM. y and z
     (ADDZ: ``ln_local: all``) are not written in this phase. One step of three dots per tile (K = D), A from
@@ -903,6 +904,10 @@ def _qkv_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN1 of y + z, computed b
             acc += tl.load(b_ptr + offs_n)[None, :]
         else:
             acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+        if GELU == 2:
+            acc = gelu_erf_poly(acc, PRESPLIT == 1)
+        elif GELU:
+            acc = gelu_erf(acc)
         omask = (offs_m < tl.where(t < NT, M, 0))[:, None] & (offs_n < N)[None, :]
         _store(o_ptr, olo_ptr, (row0 + offs_m)[:, None] * LDO + offs_n[None, :], omask, acc, PRESPLIT)
 
@@ -922,7 +927,7 @@ def _ffn_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN2 of y, computed by ea
     phase (the next attention phase folds z into y; the next QKV phase and the final LayerNorm read y + z).
     The item loop is software-pipelined 2 deep (the output column blocks unrolled so that it is the innermost
     loop): a W1 and a W2 chunk per stage, 4 * D * BH bytes each (hi and lo), so block_h 32 at D = 128 keeps two
-    programs per SM (<= 113 KB); the atomics are masked, not branched on (as in ``_qkv_phase_local``)."""
+    programs per SM (<= 113 KB); the atomics are masked, not branched on (as in ``_ln_linear_phase``)."""
     F: tl.constexpr = 4 * D
     NC: tl.constexpr = (F + BH - 1) // BH
     NI: tl.constexpr = ((M + BM - 1) // BM) * NC
@@ -999,9 +1004,10 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
-    LNL (``ln_local``) 1: no LN1 phase, the QKV programs normalise their own row blocks in registers; 2 (with AO
-    and FF): no LayerNorm phases, the FFN programs normalise too and add into z, which the attention phase
-    folds into y: 3 barriers per layer."""
+    LNL (``ln_local``) 1: no LN1 phase, the QKV programs normalise their own row blocks in registers; 2: no
+    LayerNorm phases, the FFN1 programs normalise theirs too (without FF), or (FF, with AO) the fused FFN programs
+    do and add into z, which the attention phase folds into y (ZB): 3 barriers per layer."""
+    ZB: tl.constexpr = (LNL == 2) and FF
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
@@ -1012,9 +1018,9 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                     PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if LNL:
-        _qkv_phase_local(y_ptr, z_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
+        _ln_linear_phase(y_ptr, z_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D, LNL == 2)
+                         BNQ, BD, CM, WROWS, 4 * D, ZB)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
@@ -1029,7 +1035,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, LNL == 2, z_ptr)
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, ZB, z_ptr)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
@@ -1047,7 +1053,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                     PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    if LNL == 2:
+    if ZB:
         _ffn_phase_local(y_ptr, z_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WROWS * D * 4 * D),
                          b1_ptr + l * (4 * D), w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, row0, rank,
                          M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BD, CM, WROWS)
@@ -1060,14 +1066,19 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                          ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD)
         _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
-        _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                           fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNF, BK, CM, WROWS, False, 0, NEST)
-        _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        if LNL == 2:  # FFN1 with LN2 in its programs (y is not written until FFN2)
+            _ln_linear_phase(y_ptr, z_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WROWS * D * 4 * D),
+                             b1_ptr + l * (4 * D), fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, P_LIN, PRESPLIT, R,
+                             BM, BNF, BD, CM, WROWS, 4 * D, False, GE)
+        else:
+            _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+                               fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                               BM, BNF, BK, CM, WROWS, False, 0, NEST)
+        _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
                            0, NEST)
-        _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _sync(flags_ptr, rank, bar + b2f + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
@@ -1131,7 +1142,7 @@ def _seqres_fwd(
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     if LNF:  # layer 0's LN1 split straight from x (the same rows; x is never written)
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr)
-    if LNL == 2:  # z (the FFN phases' output, in the a scratch) starts at 0
+    if LNL == 2 and FF:  # z (the FFN phases' output, in the a scratch) starts at 0
         _zero_rows(a_ptr, row0, rank, M, D, R, BM_LN, BD)
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
@@ -1163,6 +1174,6 @@ def _seqres_fwd(
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     if not LNF:  # (LNF: the last layer's FFN phase did, per row block; LNL: of y + z, the last FFN's output)
         _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, 0, None, a_ptr,
-                    LNL == 2)
+                    LNL == 2 and FF)
     if TRACE:
         tl.store(trace_row + 2 * NBAR + 1, _now(pid))
