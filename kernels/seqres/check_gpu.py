@@ -199,6 +199,10 @@ SWEEP = {
     "lnq_nest": dict(_AFN, ln_local="qkv"),
     "g2_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=2),
     "g4_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=4),
+    # (the lnq_nest entries above ran the flat loop's single accumulator in the local QKV phase until 9b4f028)
+    "lnq_flat64": dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", block_n=64, block_n_wide=64),
+    "g2_lnq_flat64": dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", block_n=64, block_n_wide=64,
+                          seqs_per_program=2),
     # ln_local=all without ffn_fused: FFN1 normalises its own rows too (no LN2 phase), FFN2 its own phase
     "ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64),
     "g2_ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64,

@@ -865,9 +865,10 @@ def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed 
                      M: tl.constexpr, N: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr,
                      PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, LDO: tl.constexpr,
-                     ADDZ: tl.constexpr, GELU: tl.constexpr = 0):
+                     ADDZ: tl.constexpr, GELU: tl.constexpr = 0, NEST: tl.constexpr = False):
     """The QKV GEMM with LN1 in the program (``ln_local``, D <= 128), or FFN1 with LN2 and GELU (GELU 1:
-    libdevice erf, 2: polynomial; ``ln_local: all`` without ``ffn_fused``): a contiguous run of [BM, BN] tiles per
+    libdevice erf, 2: polynomial; ``ln_local: all`` without ``ffn_fused``); NEST (``gemm_loop: nested``): the three
+    bf16x3 terms in three accumulators. A contiguous run of [BM, BN] tiles per
     program; when a tile starts a new row block the program loads y + z of those rows and normalises them into
     its registers (the whole A operand, K = D), so no LayerNorm phase and no barrier precede the GEMM. y and z
     (ADDZ: ``ln_local: all``) are not written in this phase. One step of three dots per tile (K = D), A from
@@ -896,9 +897,14 @@ def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed 
             wmask = (offs_d < D)[:, None] & (offs_n < N)[None, :]
         # weight pointers built in the loop from vectors (a hoisted [BD, BN] offset tile would hold 64 registers)
         w_hi, w_lo, w_hi2 = _w_parts(w_ptr + offs_d[:, None] * (WROWS * N) + offs_n[None, :], wmask, N, WROWS)
-        acc = tl.dot(a_lo, w_hi, tl.zeros((BM, BN), tl.float32), input_precision=PREC)
-        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
+        if NEST:  # three accumulators: the three dots stay in flight together (as gemm_loop: nested)
+            acc = (tl.dot(a_lo, w_hi, tl.zeros((BM, BN), tl.float32), input_precision=PREC)
+                   + tl.dot(a_hi, w_lo, tl.zeros((BM, BN), tl.float32), input_precision=PREC)) \
+                + tl.dot(a_hi, w_hi2, tl.zeros((BM, BN), tl.float32), input_precision=PREC)
+        else:
+            acc = tl.dot(a_lo, w_hi, tl.zeros((BM, BN), tl.float32), input_precision=PREC)
+            acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+            acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
         offs_m = tm * BM + tl.arange(0, BM)
         if EVEN:
             acc += tl.load(b_ptr + offs_n)[None, :]
@@ -1020,7 +1026,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNL:
         _ln_linear_phase(y_ptr, z_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D, ZB)
+                         BNQ, BD, CM, WROWS, 4 * D, ZB, 0, NEST)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
@@ -1069,7 +1075,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         if LNL == 2:  # FFN1 with LN2 in its programs (y is not written until FFN2)
             _ln_linear_phase(y_ptr, z_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WROWS * D * 4 * D),
                              b1_ptr + l * (4 * D), fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, P_LIN, PRESPLIT, R,
-                             BM, BNF, BD, CM, WROWS, 4 * D, False, GE)
+                             BM, BNF, BD, CM, WROWS, 4 * D, False, GE, NEST)
         else:
             _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                                fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
