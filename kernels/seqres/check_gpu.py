@@ -208,6 +208,15 @@ SWEEP = {
     "g2_ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64,
                            seqs_per_program=2),
     "ao_lnl_ast1": dict(attn_oproj=True, ln_local="all", attn_stages=1, block_n_wide=64),
+    # session 9: fewer programs per group where the tiles do not divide over today's R (max_split caps R):
+    # case 7 (QKV 18 tiles over 8 -> 6), case 11 (24 over 16 -> 8), cases 5/6 (6 over 4 -> 2 or 3)
+    "nest_n64_r6": dict(_NEST64, max_split=6),
+    "ao_ff_nest_r8": dict(_AFN, max_split=8),
+    "lnq_nest_r8": dict(_AFN, ln_local="qkv", max_split=8),
+    "g2_ao_ff_nest_r2": dict(_AFN, seqs_per_program=2, max_split=2),
+    "g2_ao_ff_nest_r3": dict(_AFN, seqs_per_program=2, max_split=3),
+    "g4_ao_ff_nest_r2": dict(_AFN, seqs_per_program=4, max_split=2),
+    "g4_ao_ff_nest_r3": dict(_AFN, seqs_per_program=4, max_split=3),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
