@@ -217,6 +217,12 @@ SWEEP = {
     "g2_ao_ff_nest_r3": dict(_AFN, seqs_per_program=2, max_split=3),
     "g4_ao_ff_nest_r2": dict(_AFN, seqs_per_program=4, max_split=2),
     "g4_ao_ff_nest_r3": dict(_AFN, seqs_per_program=4, max_split=3),
+    # session 9: one LayerNorm block of 32 rows per program (one L2 round trip instead of two) in the LN2 phase
+    "lnq_nest_lnb32": dict(_AFN, ln_local="qkv", block_m_ln=32),
+    "ao_ff_nest_lnb32": dict(_AFN, block_m_ln=32),
+    "g2_ao_ff_nest_lnb32": dict(_AFN, seqs_per_program=2, block_m_ln=32),
+    "g4_ao_ff_nest_lnb32": dict(_AFN, seqs_per_program=4, block_m_ln=32),
+    "g2_lnq_nest_lnb32": dict(_AFN, ln_local="qkv", seqs_per_program=2, block_m_ln=32),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
