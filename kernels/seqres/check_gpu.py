@@ -223,6 +223,13 @@ SWEEP = {
     "g2_ao_ff_nest_lnb32": dict(_AFN, seqs_per_program=2, block_m_ln=32),
     "g4_ao_ff_nest_lnb32": dict(_AFN, seqs_per_program=4, block_m_ln=32),
     "g2_lnq_nest_lnb32": dict(_AFN, ln_local="qkv", seqs_per_program=2, block_m_ln=32),
+    # session 9: the attention tiles of the fused configuration on cases 10 and 11 (32-row query tiles today)
+    "ao_ff_nest_bkv128": dict(_AFN, block_kv=128),
+    "ao_ff_nest_bkv128_ast1": dict(_AFN, block_kv=128, attn_stages=1),
+    "ao_ff_nest_nofill": dict(_AFN, attn_fill=False),
+    "ao_ff_nest_bkv32": dict(_AFN, block_kv=32),
+    "lnq_nest_bkv128": dict(_AFN, ln_local="qkv", block_kv=128),
+    "lnq_nest_nofill": dict(_AFN, ln_local="qkv", attn_fill=False),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
