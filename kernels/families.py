@@ -46,5 +46,13 @@ def _run_auto(p: AutoPrepared, x: torch.Tensor) -> torch.Tensor:
     return p.variant.run(p.inner, x)
 
 
-register(Variant("auto", _prepare_auto, _run_auto, kind="ours",
+def _alternates_auto(p: AutoPrepared, weights: Weights) -> list:
+    """The routed variant's alternates (``Variant.alternates``), each wrapped for ``_run_auto``."""
+    if p.variant.alternates is None:
+        return []
+    return [(label, lambda make=make: AutoPrepared(p.variant, make()))
+            for label, make in p.variant.alternates(p.inner, weights)]
+
+
+register(Variant("auto", _prepare_auto, _run_auto, kind="ours", alternates=_alternates_auto,
                  description="per-case dispatch to the family that SPEC §3 names", families=FAMILIES))

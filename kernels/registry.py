@@ -29,6 +29,10 @@ class Variant:
     gated_peer: bool = True              # may count as a "fastest gated" peer (False for TF32 presets)
     description: str = ""
     families: tuple[str, ...] = field(default_factory=tuple)  # the case families it is meant for
+    # (prepared, weights) -> [(label, make)]: the other configurations ``prepare`` chose among when it
+    # autotuned; ``make()`` prepares one on its own. The correctness stage gates every one, so whichever one
+    # another job's autotuning picks (timing, Nsight Compute, another GPU type) has passed the gate in the run.
+    alternates: Callable[[Any, Weights], list] | None = None
 
 
 _REGISTRY: dict[str, Variant] = {}

@@ -134,6 +134,52 @@ def test_output_aliasing_the_input_is_caught(honest):
     assert not r["passed"] and (not r["guards"]["no_alias"] or not r["guards"]["input_unchanged"])
 
 
+def _job_with_alternates(honest, alt_runs):
+    """The correctness job of a variant whose prepare autotuned: the chosen configuration is honest, the
+    alternates (``Variant.alternates``) run ``alt_runs``; each prepared object is the run function itself."""
+    from types import SimpleNamespace
+    from workflow.stages import correctness
+    made = []
+
+    def alternates(prepared, weights):
+        return [(f"cand{i}", lambda r=r: made.append(r) or r) for i, r in enumerate(alt_runs)]
+
+    v = Variant("tuned", prepare=lambda c, w: None, run=lambda p, x: p(x), alternates=alternates)
+    c = load_case("smoke1")
+    cfg = SimpleNamespace(gate=SimpleNamespace(scales=[1e-3, 1.0], seeds=[0], atol=0.002, rtol=0.02))
+    ctx = SimpleNamespace(cfg=cfg, case=c, weights=make_weights(c), variant=v, prepared=honest,
+                          device=torch.device("cpu"))
+    body = correctness.job(ctx)
+    assert len(made) == len(alt_runs)  # each alternate prepared (once) and gated
+    return body
+
+
+def test_every_autotuning_candidate_is_gated(honest):
+    body = _job_with_alternates(honest, [honest, honest])
+    assert body["passed"] and [a["params"] for a in body["alternates"]] == ["cand0", "cand1"]
+    assert all(a["passed"] for a in body["alternates"])
+
+
+def test_a_failing_autotuning_candidate_fails_the_job(honest):
+    body = _job_with_alternates(honest, [honest, lambda x: honest(x) * 1.5])
+    assert not body["passed"] and [a["passed"] for a in body["alternates"]] == [True, False]
+    assert "autotuning candidate cand1 failed the gate" in body["reason"]
+
+
+def test_seqres_alternates_are_the_candidates_not_chosen():
+    """``seqres.alternates`` re-prepares the recorded candidates other than the chosen one (GPU ``tune`` records
+    them; here they are set by hand and prepared lazily, in the interpreter when TRITON_INTERPRET is set)."""
+    from kernels.seqres.host import SeqresPrepared, alternates
+    c = load_case("smoke1")
+    p = SeqresPrepared(case=c, tensors=[], scratch={}, flags=None, err=None, grid=(1,), meta={}, launch={},
+                       trace=None, qk_scale=1.0, spin_limit=0)
+    assert alternates(p, None) == []  # not autotuned
+    p.info["tune"] = {"chosen_params": {"block_n": 64}}
+    p.tune_sets = [({}, {"tune": []}), ({"block_n": 64}, {"block_n": 64, "tune": []}),
+                   ({"block_kv": 16}, {"block_kv": 16, "tune": []})]
+    assert [label for label, _ in alternates(p, None)] == ["{}", "{'block_kv': 16}"]
+
+
 # --- result schemas -------------------------------------------------------------------------------
 
 ENV_KEYS = {"git_commit", "hostname", "torch", "triton", "cuda", "gpu_name", "python"}

@@ -58,6 +58,7 @@ class SeqresPrepared:
     runner: object = None    # kernel[grid]: ``launch`` calls it with the runtime arguments + ``const_args``
     const_args: list = field(default_factory=list)  # the constexpr arguments in signature order (from ``S`` on)
     static_ptrs: tuple = ()  # the device addresses of the arguments between y and spin_limit (``static_pointers``)
+    tune_sets: list = field(default_factory=list)  # (override, full parameters) of every candidate tune timed
 
     @property
     def barriers_per_launch(self) -> int:
@@ -366,9 +367,20 @@ def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared
     chosen = preps[k]
     chosen.info["tune"] = {"candidates": overs, "median_ms": [round(m, 5) for m in med], "chosen": k,
                            "chosen_params": overs[k], "margin": margin, "skipped": skipped}
+    chosen.tune_sets = [(over, full) for over, full in tune_candidates(params)
+                        if any(over == o for o in overs)]
     del preps, flush
     torch.cuda.empty_cache()
     return chosen
+
+
+def alternates(p: SeqresPrepared, weights: Weights) -> list:
+    """The candidates ``tune`` timed but did not choose, as (label, make) with ``make()`` preparing one on its own
+    (``Variant.alternates``: the correctness stage gates them all, one at a time). Empty when ``p`` was not
+    autotuned. Labels: the candidate's overrides."""
+    chosen = (p.info.get("tune") or {}).get("chosen_params")
+    return [(str(over), lambda full=full: prepare_one(p.case, weights, **full))
+            for over, full in p.tune_sets if over != chosen]
 
 
 def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:

@@ -96,10 +96,29 @@ def check_variant(case, weights, variant, prepared, scales, seeds, atol, rtol, d
 
 
 def job(ctx) -> dict:
-    """The correctness job for one case x variant (``ctx``: workflow.run.JobContext)."""
+    """The correctness job for one case x variant (``ctx``: workflow.run.JobContext). A variant that autotuned
+    in ``prepare`` (``Variant.alternates``) has every candidate it chose among gated too, and passes only if all
+    pass: the timing and profiling jobs autotune on their own and may pick another one."""
     cfg = ctx.cfg
-    body = check_variant(ctx.case, ctx.weights, ctx.variant, ctx.prepared, list(cfg.gate.scales),
-                         list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device)
+    args = (list(cfg.gate.scales), list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device)
+    body = check_variant(ctx.case, ctx.weights, ctx.variant, ctx.prepared, *args)
+    if ctx.variant.alternates is not None:
+        alts = ctx.variant.alternates(ctx.prepared, ctx.weights)
+        if alts:
+            log(f"  gating the {len(alts)} other autotuning candidates")
+        body["alternates"] = []
+        for label, make in alts:
+            prepared = make()
+            r = check_variant(ctx.case, ctx.weights, ctx.variant, prepared, *args)
+            body["alternates"].append({"params": label, "passed": r["passed"], "worst": r["worst"],
+                                       "reason": r["reason"]})
+            del prepared
+            if not r["passed"]:
+                body["passed"] = False
+                body["reason"] = "; ".join(x for x in (body["reason"], f"autotuning candidate {label} failed the "
+                                                       f"gate ({r['reason']}): fix it or drop it from tune") if x)
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
     from kernels.reference import naive_fits
     body["reference"] = "naive" if naive_fits(ctx.case, ctx.device) else "chunked"
     body["tolerance"] = {"atol": float(cfg.gate.atol), "rtol": float(cfg.gate.rtol)}
