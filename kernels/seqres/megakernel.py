@@ -867,11 +867,11 @@ def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed 
                      BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, LDO: tl.constexpr,
                      ADDZ: tl.constexpr, GELU: tl.constexpr = 0, NEST: tl.constexpr = False):
     """The QKV GEMM with LN1 in the program (``ln_local``, D <= 128), or FFN1 with LN2 and GELU (GELU 1:
-    libdevice erf, 2: polynomial; ``ln_local: all`` without ``ffn_fused``); NEST (``gemm_loop: nested``): the three
-    bf16x3 terms in three accumulators. A contiguous run of [BM, BN] tiles per
-    program; when a tile starts a new row block the program loads y + z of those rows and normalises them into
-    its registers (the whole A operand, K = D), so no LayerNorm phase and no barrier precede the GEMM. y and z
-    (ADDZ: ``ln_local: all``) are not written in this phase. One step of three dots per tile (K = D), A from
+    libdevice erf, 2: polynomial; ``ln_local: all`` without ``ffn_fused``); NEST (``gemm_loop: nested``): the
+    three bf16x3 terms in three accumulators. A contiguous run of [BM, BN] tiles per program; when a tile
+    starts a new row block the program loads y (+ z with ADDZ, ``ln_local: all`` with ``ffn_fused``) of those
+    rows and normalises them into its registers (the whole A operand, K = D), so no LayerNorm phase and no
+    barrier precede the GEMM. y and z are not written in this phase. One step of three dots per tile (K = D), A from
     registers (wgmma with a register operand). The tile loop is software-pipelined 2 deep (the weight tiles,
     [D, BN] hi and lo: 32 KB per stage at D = 128, BN = 64); its store is masked, not branched on (Triton 3.6's
     pipeliner fails on a conditional epilogue next to a register-operand dot)."""
@@ -882,7 +882,8 @@ def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed 
     offs_d = tl.arange(0, BD)
     a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
     prev = -1
-    for i in tl.range(0, TPP, num_stages=2):  # constexpr trip count; steps past the share redo the last tile, store nothing
+    # constexpr trip count; steps past the share redo the last tile and store nothing
+    for i in tl.range(0, TPP, num_stages=2):
         t = rank * TPP + i
         tc = tl.minimum(t, NT - 1)
         tm = tc // NT_N
@@ -943,7 +944,8 @@ def _ffn_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN2 of y, computed by ea
     offs_d = tl.arange(0, BD)
     a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
     prev = -1
-    for i in tl.range(0, TPP, num_stages=2):  # constexpr trip count; steps past the share redo the last item, add nothing
+    # constexpr trip count; steps past the share redo the last item and add nothing
+    for i in tl.range(0, TPP, num_stages=2):
         it = rank * TPP + i
         itc = tl.minimum(it, NI - 1)
         tm = itc // NC
