@@ -95,17 +95,15 @@ def test_odd_shape_passes_gate(causal):
     dict(attn_oproj=True, ffn_fused=True, ln_fold=True, block_q=16, block_kv=16, block_n2=16, block_h=64, block_m=16,
          flag_barrier=True, spin_limit=10),
     dict(attn_oproj=True, ffn_fused=True, ln_fold=True, seqs_per_program=2, gemm_loop="nested", block_m_ln=8),
-    # ln_local: LayerNorm in the GEMM programs (D = 48 in a 64-wide register A operand: masked columns)
+    # ln_local: LN1 in the QKV programs (D = 48 in a 64-wide register A operand: masked columns)
     dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", gemm_loop="nested", block_n_wide=16, flag_barrier=True,
          spin_limit=10),
-    dict(ln_local="all", attn_oproj=True, block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
-    dict(attn_oproj=True, ffn_fused=True, ln_local="all", block_h=32, block_q=16, block_kv=16, block_n2=16,
-         flag_barrier=True, spin_limit=10),
+    dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-all-unfused-G2", "ln-local-all-fused-z"])
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -173,11 +171,10 @@ def test_flag_epochs_match_barrier_count():
         nqb = c.S // p.meta["BQ"] + (c.S % p.meta["BQ"] > 0)
         nc = -(-4 * c.D // p.meta["BH"])
         assert torch.all(p.cnt[:, :nqb] == n * c.L * c.H) and torch.all(p.cnt[:, nqb:] == n * c.L * nc)
-    # ln_local drops the LN1 phase (qkv: 1 + 4 L with the fusions), or both (all: 1 + 3 L)
-    for mode, per_layer in (("qkv", 4), ("all", 3)):
-        p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local=mode, flag_barrier=True, spin_limit=10)
-        v.run(p, make_input(c, 1.0, 0, device=dev))
-        assert p.epoch == 1 + per_layer * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    # ln_local drops the LN1 phase: 1 + 4 L with the fusions
+    p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10)
+    v.run(p, make_input(c, 1.0, 0, device=dev))
+    assert p.epoch == 1 + 4 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
 
 
 def test_unsupported_shapes_raise():
@@ -341,13 +338,10 @@ def test_ln_fold_needs_both_fusions():
 def test_ln_local_checks_its_preconditions():
     with pytest.raises(ValueError, match="D=256 > 128"):
         prepare_meta(load_case("case01"), n_sm=132, ln_local="qkv")
-    with pytest.raises(ValueError, match="needs attn_oproj=true"):
-        prepare_meta(load_case("case10"), n_sm=132, ln_local="all", ffn_fused=True)
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("case10"), n_sm=132, ln_local="qkv", attn_presplit=False)
-    with pytest.raises(ValueError, match="false, qkv or all"):
-        prepare_meta(load_case("case10"), n_sm=132, ln_local="ffn")
-    assert prepare_meta(load_case("case10"), n_sm=132, ln_local=True, attn_oproj=True, ffn_fused=True)[0]["LNL"] == 2
+    with pytest.raises(ValueError, match="false or qkv"):
+        prepare_meta(load_case("case10"), n_sm=132, ln_local="all")
     assert prepare_meta(load_case("case10"), n_sm=132, ln_local="qkv")[0]["LNL"] == 1
 
 
@@ -370,9 +364,8 @@ def test_flat_phase_names_follow_the_fusions():
             assert ("oproj" in names) != ao and ("ffn" in names) == ff and ("ffn1" in names) != ff
     meta = dict(FLAT=1, AO=True, FF=True, LNF=True)
     assert flat_phases(meta) == ("qkv", "attn", "ffn") and _barriers_per_layer(meta) == 3
-    for lnl, ff, names in ((1, True, ("qkv", "attn", "ln2", "ffn")), (2, True, ("qkv", "attn", "ffn")),
-                           (2, False, ("qkv", "attn", "ffn1", "ffn2"))):
-        meta = dict(FLAT=1, AO=True, FF=ff, LNL=lnl)
+    for ff, names in ((True, ("qkv", "attn", "ln2", "ffn")), (False, ("qkv", "attn", "ln2", "ffn1", "ffn2"))):
+        meta = dict(FLAT=1, AO=True, FF=ff, LNL=1)
         assert flat_phases(meta) == names and _barriers_per_layer(meta) == len(names)
 
 

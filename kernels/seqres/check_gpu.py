@@ -185,17 +185,9 @@ SWEEP = {
     "bk16_s4_ast1": dict(block_k=16, num_stages=4, attn_stages=1),
     "bk16_s5_ast1": dict(block_k=16, num_stages=5, attn_stages=1),
     "nest_n64_bk16_s5_ast1": dict(_NEST64, block_k=16, num_stages=5, attn_stages=1),
-    # session 9: ln_local (D <= 128): no LayerNorm phases, the QKV / FFN programs normalise their own row blocks
-    # (f218ae9: QKV and FFN loops not software-pipelined: 12-80% slower everywhere; since then pipelined 2 deep)
-    "lnl_nest": dict(_AFN, ln_local=True),
-    "lnl_nest_h64": dict(_AFN, ln_local=True, block_h=64),
-    "g2_lnl_nest": dict(_AFN, ln_local=True, seqs_per_program=2),
-    "g2_lnl_nest_h64": dict(_AFN, ln_local=True, seqs_per_program=2, block_h=64),
-    "g4_lnl_nest": dict(_AFN, ln_local=True, seqs_per_program=4),
-    "g4_lnl_nest_h64": dict(_AFN, ln_local=True, seqs_per_program=4, block_h=64),
-    "lnl_nest_h32": dict(_AFN, ln_local=True, block_h=32),
-    "g2_lnl_nest_h32": dict(_AFN, ln_local=True, seqs_per_program=2, block_h=32),
-    "g4_lnl_nest_h32": dict(_AFN, ln_local=True, seqs_per_program=4, block_h=32),
+    # session 9: ln_local=qkv (D <= 128): no LN1 phase, the QKV programs normalise their own row blocks. The
+    # ln_local=all entries (lnl_nest*, g2/g4_lnl_nest*, ao_lnl_*: no LN2 phase either) ran at f218ae9-9b4f028; that
+    # form was slower everywhere and is removed (last in ff2cf8a; docs/seqres.md session 9)
     "lnq_nest": dict(_AFN, ln_local="qkv"),
     "g2_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=2),
     "g4_lnq_nest": dict(_AFN, ln_local="qkv", seqs_per_program=4),
@@ -203,11 +195,6 @@ SWEEP = {
     "lnq_flat64": dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", block_n=64, block_n_wide=64),
     "g2_lnq_flat64": dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", block_n=64, block_n_wide=64,
                           seqs_per_program=2),
-    # ln_local=all without ffn_fused: FFN1 normalises its own rows too (no LN2 phase), FFN2 its own phase
-    "ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64),
-    "g2_ao_lnl_nest": dict(attn_oproj=True, ln_local="all", gemm_loop="nested", block_n=64, block_n_wide=64,
-                           seqs_per_program=2),
-    "ao_lnl_ast1": dict(attn_oproj=True, ln_local="all", attn_stages=1, block_n_wide=64),
     # session 9: fewer programs per group where the tiles do not divide over today's R (max_split caps R):
     # case 7 (QKV 18 tiles over 8 -> 6), case 11 (24 over 16 -> 8), cases 5/6 (6 over 4 -> 2 or 3)
     "nest_n64_r6": dict(_NEST64, max_split=6),

@@ -68,7 +68,7 @@ class SeqresPrepared:
 def _barriers_per_layer(meta: dict) -> int:
     if meta["FLAT"]:
         return (int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
-                - 2 * int(bool(meta.get("LNF"))) - int(meta.get("LNL", 0)))
+                - 2 * int(bool(meta.get("LNF"))) - int(bool(meta.get("LNL"))))
     return int(BARRIERS_PER_LAYER.value)
 
 
@@ -252,14 +252,12 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if lnf and not (ao and ff):
         raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
                          "do the LayerNorms)")
-    lnl = {False: 0, "qkv": 1, "all": 2, True: 2}.get(o["ln_local"], -1)
+    lnl = {False: 0, "qkv": 1}.get(o["ln_local"], -1)
     if lnl < 0:
-        raise ValueError(f"seqres: ln_local={o['ln_local']!r}: false, qkv or all (true)")
+        raise ValueError(f"seqres: ln_local={o['ln_local']!r}: false or qkv (the LN2 forms were measured slower "
+                         "and removed, docs/seqres.md session 9)")
     if lnl and not (flat and o["attn_presplit"]) or lnl and lnf:
         raise ValueError("seqres: ln_local needs gemm_loop=flat or nested with attn_presplit=true, and not ln_fold")
-    if lnl == 2 and ff and not ao:
-        raise ValueError("seqres: ln_local=all with ffn_fused=true needs attn_oproj=true (the FFN phase adds into z, "
-                         "which the attention phase folds into y)")
     if lnl and _pow2(D) > LN_LOCAL_MAX_D:
         raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
                          f"{LN_LOCAL_MAX_D}; set ln_local=false")
@@ -599,11 +597,9 @@ PHASES_FLAT = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
 def flat_phases(meta: dict) -> tuple:
     """Names of a flat layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds
     its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn, ``ln_fold`` drops ln1 and ln2 (the last
-    arrivals of the attention and FFN phases normalise), and so does ``ln_local`` (the GEMM programs normalise)."""
-    lnl = meta.get("LNL", 0)
+    arrivals of the attention and FFN phases normalise); ``ln_local`` drops ln1 (the QKV programs normalise)."""
     names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")
-             and not (meta.get("LNF") and n in ("ln1", "ln2"))
-             and not (lnl and n == "ln1") and not (lnl == 2 and n == "ln2")]
+             and not (meta.get("LNF") and n in ("ln1", "ln2")) and not (meta.get("LNL") and n == "ln1")]
     if meta.get("FF"):
         names = names[:-2] + ["ffn"]
     return tuple(names)

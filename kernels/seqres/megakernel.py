@@ -105,13 +105,10 @@ def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr
 
 @triton.jit
 def _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, mask, offs_d, mask_d,
-               D: tl.constexpr, LN: tl.constexpr, CM: tl.constexpr, SPLIT: tl.constexpr,
-               add_ptr=None, ADD: tl.constexpr = 0):
+               D: tl.constexpr, LN: tl.constexpr, CM: tl.constexpr, SPLIT: tl.constexpr):
     """dst[rows] = LN(src[rows]) (or a copy), a [BM_LN, BD] block: as hi/lo parts (SPLIT 1: bf16, 2: fp32-held)
-    or fp32 (SPLIT 0). ADD: the source is src + add (``ln_local``: y + z)."""
+    or fp32 (SPLIT 0)."""
     x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
-    if ADD:
-        x += tl.load(add_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
     if LN:
         w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
         b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
@@ -154,10 +151,10 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 row0, rank,
                 M: tl.constexpr, D: tl.constexpr, LN: tl.constexpr, R: tl.constexpr,
                 BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
-                SPLIT: tl.constexpr = 0, dlo_ptr=None, add_ptr=None, ADD: tl.constexpr = 0):
+                SPLIT: tl.constexpr = 0, dlo_ptr=None):
     """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs.
     SPLIT (the A operand of a flat GEMM phase, split once instead of once per N tile): dst + dlo = the
-    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter). ADD: of src + add."""
+    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter)."""
     NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
@@ -166,7 +163,7 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
         # rows past M are masked, so a tile index past NT (when R does not divide NT) is a no-op
         offs_m = t * BM_LN + tl.arange(0, BM_LN)
         _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, (offs_m < M)[:, None] & mask_d[None, :],
-                   offs_d, mask_d, D, LN, CM, SPLIT, add_ptr, ADD)
+                   offs_d, mask_d, D, LN, CM, SPLIT)
 
 
 @triton.jit
@@ -313,7 +310,7 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, ZF: tl.constexpr = 0, z_ptr=None):
+                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
@@ -324,8 +321,7 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
     AO (``attn_oproj``): each tile also multiplies its output by its head's rows of Wo and adds the product into
     y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``).
     LNF (``ln_fold``, with AO): the last of the H tiles of a (sequence, query block) to finish normalises its
-    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``).
-    ZF (``ln_local``, with AO): head 0's tile also adds z (the previous FFN's output) into y and zeroes it."""
+    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
@@ -337,13 +333,13 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                             AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
-                            BM_LN, BD, ZF, z_ptr)
+                            BM_LN, BD)
         else:
             if t < NT:
                 _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
                                 qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
                                 AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
-                                lnb_ptr, BM_LN, BD, ZF, z_ptr)
+                                lnb_ptr, BM_LN, BD)
 
 
 @triton.jit
@@ -395,7 +391,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, ZF: tl.constexpr = 0, z_ptr=None):
+                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
@@ -427,7 +423,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     out = acc / l_i[:, None]
     if AO:
         _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                         WROWS, BN2, ZF, z_ptr)
+                         WROWS, BN2)
         if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
             NQB: tl.constexpr = (S + BQ - 1) // BQ
             if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
@@ -441,12 +437,10 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
 @triton.jit
 def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
                      D: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BDH: tl.constexpr,
-                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr, ZF: tl.constexpr = 0, z_ptr=None):
+                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr):
     """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0) with atomics, in BN2-wide column blocks:
     ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
-    interpreter) for three dots on the presplit weight rows (``attn_oproj``). ZF (``ln_local``): head 0 also adds
-    z[rows] (the previous FFN phase's output, added there with atomics) and zeroes it for the next FFN phase;
-    nothing else reads y or z in the attention phase."""
+    interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
     o_hi, o_lo = split_bf16(out, SPLIT == 1)
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
@@ -460,12 +454,6 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
         o += tl.where(hd == 0, bias, 0.0)[None, :]
-        if ZF:
-            if hd == 0:
-                zp = z_ptr + rows[:, None] * D + offs_n[None, :]
-                zm = mask_q[:, None] & mask_n[None, :]
-                o += tl.load(zp, mask=zm, other=0.0, cache_modifier=".cg")
-                tl.store(zp, tl.zeros_like(o), mask=zm)
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
                       sem="relaxed", scope="gpu")
 
@@ -821,60 +809,43 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
 
 
 @triton.jit
-def _zero_rows(dst_ptr, row0, rank, M: tl.constexpr, D: tl.constexpr, R: tl.constexpr, BM_LN: tl.constexpr,
-               BD: tl.constexpr):
-    """dst = 0 for the group's M rows, row blocks round-robin over the R programs (``ln_local``'s z)."""
-    NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
-    offs_d = tl.arange(0, BD)
-    for i in range(0, (NT + R - 1) // R):
-        offs_m = (i * R + rank) * BM_LN + tl.arange(0, BM_LN)
-        tl.store(dst_ptr + (row0 + offs_m)[:, None] * D + offs_d[None, :], tl.zeros((BM_LN, BD), tl.float32),
-                 mask=(offs_m < M)[:, None] & (offs_d < D)[None, :])
-
-
-@triton.jit
-def _ln_operand(y_ptr, z_ptr, lnw_ptr, lnb_ptr, row0, tm, M: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
-                BD: tl.constexpr, CM: tl.constexpr, ADDZ: tl.constexpr, PRESPLIT: tl.constexpr):
-    """LN(y (+ z)) of rows tm*BM .. of the group as a GEMM's whole A operand [BM, BD] (K = D in one step), split
-    into hi/lo parts in registers (``ln_local``). Columns past D are 0 (they meet masked weight rows)."""
+def _ln_operand(y_ptr, lnw_ptr, lnb_ptr, row0, tm, M: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                BD: tl.constexpr, CM: tl.constexpr, PRESPLIT: tl.constexpr):
+    """LN(y) of rows tm*BM .. of the group as a GEMM's whole A operand [BM, BD] (K = D in one step), split into
+    hi/lo parts in registers (``ln_local``). Columns past D are 0 (they meet masked weight rows)."""
     offs_m = tm * BM + tl.arange(0, BM)
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
     offs = (row0 + offs_m)[:, None] * D + offs_d[None, :]
     if (M % BM == 0) and (D == BD):
         x = tl.load(y_ptr + offs, cache_modifier=CM)
-        if ADDZ:
-            x += tl.load(z_ptr + offs, cache_modifier=CM)
         w = tl.load(lnw_ptr + offs_d)
         b = tl.load(lnb_ptr + offs_d)
     else:
         mask = (offs_m < M)[:, None] & mask_d[None, :]
         x = tl.load(y_ptr + offs, mask=mask, other=0.0, cache_modifier=CM)
-        if ADDZ:
-            x += tl.load(z_ptr + offs, mask=mask, other=0.0, cache_modifier=CM)
         w = tl.load(lnw_ptr + offs_d, mask=mask_d, other=0.0)
         b = tl.load(lnb_ptr + offs_d, mask=mask_d, other=0.0)
     return split_bf16(layernorm_rows(x, w, b, mask_d, D, LN_EPS), PRESPLIT == 1)
 
 
 @triton.jit
-def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed by each program for its row blocks
-                     w_ptr, b_ptr,       # [WROWS*D, N] presplit weight (Wqkv or W1), [N]
-                     o_ptr, olo_ptr,     # the output as hi/lo parts, row stride LDO (q|k|v, or GELU(FFN1))
+def _ln_linear_phase(y_ptr, lnw_ptr, lnb_ptr,  # LN1 of y, computed by each program for its row blocks
+                     w_ptr, b_ptr,       # [WROWS*D, N] presplit Wqkv, [N]
+                     o_ptr, olo_ptr,     # q|k|v as hi/lo parts, row stride LDO
                      row0, rank,
                      M: tl.constexpr, N: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr,
                      PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, LDO: tl.constexpr,
-                     ADDZ: tl.constexpr, GELU: tl.constexpr = 0, NEST: tl.constexpr = False):
-    """The QKV GEMM with LN1 in the program (``ln_local``, D <= 128), or FFN1 with LN2 and GELU (GELU 1:
-    libdevice erf, 2: polynomial; ``ln_local: all`` without ``ffn_fused``); NEST (``gemm_loop: nested``): the
+                     NEST: tl.constexpr = False):
+    """The QKV GEMM with LN1 in the program (``ln_local: qkv``, D <= 128); NEST (``gemm_loop: nested``): the
     three bf16x3 terms in three accumulators. A contiguous run of [BM, BN] tiles per program; when a tile
-    starts a new row block the program loads y (+ z with ADDZ, ``ln_local: all`` with ``ffn_fused``) of those
-    rows and normalises them into its registers (the whole A operand, K = D), so no LayerNorm phase and no
-    barrier precede the GEMM. y and z are not written in this phase. One step of three dots per tile (K = D), A from
-    registers (wgmma with a register operand). The tile loop is software-pipelined 2 deep (the weight tiles,
-    [D, BN] hi and lo: 32 KB per stage at D = 128, BN = 64); its store is masked, not branched on (Triton 3.6's
-    pipeliner fails on a conditional epilogue next to a register-operand dot)."""
+    starts a new row block the program loads y of those rows and normalises them into its registers (the whole
+    A operand, K = D), so no LayerNorm phase and no barrier precede the GEMM. y is not written in this phase.
+    One step of three dots per tile (K = D), A from registers (wgmma with a register operand). The tile loop is
+    software-pipelined 2 deep (the weight tiles, [D, BN] hi and lo: 32 KB per stage at D = 128, BN = 64); its
+    store is masked, not branched on (Triton 3.6's pipeliner fails on a conditional epilogue next to a
+    register-operand dot)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     TPP: tl.constexpr = (NT + R - 1) // R
@@ -889,7 +860,7 @@ def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed 
         tm = tc // NT_N
         tn = tc - tm * NT_N
         if tm != prev:
-            a_hi, a_lo = _ln_operand(y_ptr, z_ptr, lnw_ptr, lnb_ptr, row0, tm, M, D, BM, BD, CM, ADDZ, PRESPLIT)
+            a_hi, a_lo = _ln_operand(y_ptr, lnw_ptr, lnb_ptr, row0, tm, M, D, BM, BD, CM, PRESPLIT)
         prev = tm
         offs_n = tn * BN + tl.arange(0, BN)
         if EVEN:
@@ -911,86 +882,8 @@ def _ln_linear_phase(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN of y (+ z), computed 
             acc += tl.load(b_ptr + offs_n)[None, :]
         else:
             acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
-        if GELU == 2:
-            acc = gelu_erf_poly(acc, PRESPLIT == 1)
-        elif GELU:
-            acc = gelu_erf(acc)
         omask = (offs_m < tl.where(t < NT, M, 0))[:, None] & (offs_n < N)[None, :]
         _store(o_ptr, olo_ptr, (row0 + offs_m)[:, None] * LDO + offs_n[None, :], omask, acc, PRESPLIT)
-
-
-@triton.jit
-def _ffn_phase_local(y_ptr, z_ptr, lnw_ptr, lnb_ptr,  # LN2 of y, computed by each program for its row blocks
-                     w1_ptr, b1_ptr,    # [WROWS*D, 4D] presplit W1, [4D]
-                     w2_ptr, b2_ptr,    # [WROWS*4D, D] presplit W2, [D]
-                     row0, rank,
-                     M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr,
-                     PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr,
-                     BN2: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr):
-    """The fused FFN (``ffn_fused``) with LN2 in the program (``ln_local``, D <= 128): work item (tm, c) as in
-    ``_ffn_fused_phase``, but its A operand is LN2(y[rows]) normalised in registers by the program (once per row
-    block of its contiguous run, K = D in one step), and h @ W2[c, :] (+ b2 for chunk 0) is added into z with
-    atomics, not into y: the items of a row block read y while others finish, so y stays unwritten in this
-    phase (the next attention phase folds z into y; the next QKV phase and the final LayerNorm read y + z).
-    The item loop is software-pipelined 2 deep (the output column blocks unrolled so that it is the innermost
-    loop): a W1 and a W2 chunk per stage, 4 * D * BH bytes each (hi and lo), so block_h 32 at D = 128 keeps two
-    programs per SM (<= 113 KB); the atomics are masked, not branched on (as in ``_ln_linear_phase``)."""
-    F: tl.constexpr = 4 * D
-    NC: tl.constexpr = (F + BH - 1) // BH
-    NI: tl.constexpr = ((M + BM - 1) // BM) * NC
-    TPP: tl.constexpr = (NI + R - 1) // R
-    NT2: tl.constexpr = (D + BN2 - 1) // BN2
-    EVEN: tl.constexpr = (M % BM == 0) and (F % BH == 0) and (D == BD) and (D % BN2 == 0)
-    offs_d = tl.arange(0, BD)
-    a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
-    prev = -1
-    # constexpr trip count; steps past the share redo the last item and add nothing
-    for i in tl.range(0, TPP, num_stages=2):
-        it = rank * TPP + i
-        itc = tl.minimum(it, NI - 1)
-        tm = itc // NC
-        c = itc - tm * NC
-        if tm != prev:
-            a_hi, a_lo = _ln_operand(y_ptr, z_ptr, lnw_ptr, lnb_ptr, row0, tm, M, D, BM, BD, CM, False, PRESPLIT)
-        prev = tm
-        offs_h = c * BH + tl.arange(0, BH)
-        offs_m = tm * BM + tl.arange(0, BM)
-        # weight pointers built in the loop from vectors (hoisted offset tiles would hold registers all phase long)
-        w1_ptrs = w1_ptr + offs_d[:, None] * (WROWS * F) + offs_h[None, :]   # [BD, BH], hi rows of W1
-        if EVEN:
-            w1_hi, w1_lo, w1_hi2 = _w_parts(w1_ptrs, None, F, WROWS)
-            b1 = tl.load(b1_ptr + offs_h)
-        else:
-            w1_hi, w1_lo, w1_hi2 = _w_parts(w1_ptrs, (offs_d < D)[:, None] & (offs_h < F)[None, :], F, WROWS)
-            b1 = tl.load(b1_ptr + offs_h, mask=offs_h < F, other=0.0)
-        acc = tl.dot(a_lo, w1_hi, tl.zeros((BM, BH), tl.float32), input_precision=PREC)
-        acc = tl.dot(a_hi, w1_lo, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w1_hi2, acc, input_precision=PREC)
-        acc += b1[None, :]
-        if GELU == 2:
-            acc = gelu_erf_poly(acc, PRESPLIT == 1)
-        else:
-            acc = gelu_erf(acc)
-        if not EVEN:  # hidden columns past 4D, rows past M
-            acc = tl.where((offs_m < M)[:, None] & (offs_h < F)[None, :], acc, 0.0)
-        h_hi, h_lo = split_bf16(acc, PRESPLIT == 1)
-        rows = row0 + offs_m
-        lim = tl.where(it < NI, M, 0)
-        for n in tl.static_range(0, NT2):  # BN2-wide column blocks of the output (unrolled)
-            offs_n = n * BN2 + tl.arange(0, BN2)
-            omask = (offs_m < lim)[:, None] & (offs_n < D)[None, :]
-            if EVEN:
-                wmask = None
-                b2 = tl.load(b2_ptr + offs_n)
-            else:
-                wmask = (offs_h < F)[:, None] & (offs_n < D)[None, :]
-                b2 = tl.load(b2_ptr + offs_n, mask=offs_n < D, other=0.0)
-            w2_hi, w2_lo, w2_hi2 = _w_parts(w2_ptr + offs_h[:, None] * (WROWS * D) + offs_n[None, :], wmask, D, WROWS)
-            out = tl.dot(h_lo, w2_hi, tl.zeros((BM, BN2), tl.float32), input_precision=PREC)
-            out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
-            out = tl.dot(h_hi, w2_hi2, out, input_precision=PREC)
-            out += tl.where(c == 0, b2, 0.0)[None, :]
-            tl.atomic_add(z_ptr + rows[:, None] * D + offs_n[None, :], out, mask=omask, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -1006,16 +899,13 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, LNL: tl.constexpr = 0, z_ptr=None):
+                AO: tl.constexpr, LNL: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
-    LNL (``ln_local``) 1: no LN1 phase, the QKV programs normalise their own row blocks in registers; 2: no
-    LayerNorm phases, the FFN1 programs normalise theirs too (without FF), or (FF, with AO) the fused FFN programs
-    do and add into z, which the attention phase folds into y (ZB): 3 barriers per layer."""
-    ZB: tl.constexpr = (LNL == 2) and FF
+    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers."""
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
@@ -1026,9 +916,9 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                     PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if LNL:
-        _ln_linear_phase(y_ptr, z_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
+        _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D, ZB, 0, NEST)
+                         BNQ, BD, CM, WROWS, 4 * D, NEST)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
@@ -1043,7 +933,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, ZB, z_ptr)
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, None, 0, AST)
@@ -1054,19 +944,14 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                            NEST)
         _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     b2: tl.constexpr = 3 - AO  # barriers before LN2's
-    if LNF or LNL == 2:  # LN2 came from the attention phase's last arrivals (LNF), or the FFN programs compute it
+    if LNF:  # LN2 came from the attention phase's last arrivals
         b2f: tl.constexpr = b2 - 1
     else:
         b2f: tl.constexpr = b2
         _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                     PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    if ZB:
-        _ffn_phase_local(y_ptr, z_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WROWS * D * 4 * D),
-                         b1_ptr + l * (4 * D), w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, row0, rank,
-                         M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BD, CM, WROWS)
-        _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    elif FF:  # FFN1 + FFN2 in one phase
+    if FF:  # FFN1 + FFN2 in one phase
         _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
                          w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
                          M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS,
@@ -1074,19 +959,14 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                          ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD)
         _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
-        if LNL == 2:  # FFN1 with LN2 in its programs (y is not written until FFN2)
-            _ln_linear_phase(y_ptr, z_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, w1_ptr + l * (WROWS * D * 4 * D),
-                             b1_ptr + l * (4 * D), fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, P_LIN, PRESPLIT, R,
-                             BM, BNF, BD, CM, WROWS, 4 * D, False, GE, NEST)
-        else:
-            _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                               fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                               BM, BNF, BK, CM, WROWS, False, 0, NEST)
-        _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+                           fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                           BM, BNF, BK, CM, WROWS, False, 0, NEST)
+        _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
                            0, NEST)
-        _sync(flags_ptr, rank, bar + b2f + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+        _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
 BARRIERS_PER_LAYER = tl.constexpr(5)       # tiled GEMM loops
@@ -1097,7 +977,7 @@ BARRIERS_PER_LAYER_FLAT = tl.constexpr(7)  # flat GEMM loops: + the LN1 and LN2 
 def _seqres_fwd(
     x_ptr,                  # [B*S, D] fp32 input (read once)
     y_ptr,                  # [B*S, D] fp32 output; the residual stream during the pass
-    a_ptr,                  # [B*S, D] fp32 scratch: merged attention heads (tiled); z, the FFN output (LNL)
+    a_ptr,                  # [B*S, D] fp32 scratch: merged attention heads
     qkv_ptr,                # [B*S, 3D] fp32 scratch
     f_ptr,                  # [B*S, 4D] fp32 scratch: GELU(FFN1)
     xhi_ptr, xlo_ptr,       # [B*S, D] split scratch of the flat GEMM loops (FLAT; else unused)
@@ -1150,8 +1030,6 @@ def _seqres_fwd(
     _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     if LNF:  # layer 0's LN1 split straight from x (the same rows; x is never written)
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr)
-    if LNL == 2 and FF:  # z (the FFN phases' output, in the a scratch) starts at 0
-        _zero_rows(a_ptr, row0, rank, M, D, R, BM_LN, BD)
     _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
@@ -1161,7 +1039,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, a_ptr)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
@@ -1180,8 +1058,7 @@ def _seqres_fwd(
                        TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, CM,
                        LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
-    if not LNF:  # (LNF: the last layer's FFN phase did, per row block; LNL: of y + z, the last FFN's output)
-        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, 0, None, a_ptr,
-                    LNL == 2 and FF)
+    if not LNF:  # (LNF: the last layer's FFN phase did, per row block)
+        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
     if TRACE:
         tl.store(trace_row + 2 * NBAR + 1, _now(pid))
