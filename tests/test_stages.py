@@ -174,7 +174,7 @@ def test_seqres_alternates_are_the_candidates_not_chosen():
     p = SeqresPrepared(case=c, tensors=[], scratch={}, flags=None, err=None, grid=(1,), meta={}, launch={},
                        trace=None, qk_scale=1.0, spin_limit=0)
     assert alternates(p, None) == []  # not autotuned
-    p.info["tune"] = {"chosen_params": {"block_n": 64}}
+    p.info["tune"] = {"chosen": 1}
     p.tune_sets = [({}, {"tune": []}), ({"block_n": 64}, {"block_n": 64, "tune": []}),
                    ({"block_kv": 16}, {"block_kv": 16, "tune": []})]
     assert [label for label, _ in alternates(p, None)] == ["{}", "{'block_kv': 16}"]

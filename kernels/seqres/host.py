@@ -58,7 +58,8 @@ class SeqresPrepared:
     runner: object = None    # kernel[grid]: ``launch`` calls it with the runtime arguments + ``const_args``
     const_args: list = field(default_factory=list)  # the constexpr arguments in signature order (from ``S`` on)
     static_ptrs: tuple = ()  # the device addresses of the arguments between y and spin_limit (``static_pointers``)
-    tune_sets: list = field(default_factory=list)  # (override, full parameters) of every candidate tune timed
+    tune_sets: list = field(default_factory=list)  # (override, full parameters) of each candidate tune timed, in
+    #                                                  the order of info["tune"]["candidates"]
 
     @property
     def barriers_per_launch(self) -> int:
@@ -329,7 +330,7 @@ def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared
     (the parameters as given) must work. Untimed by SPEC §5 (prepare)."""
     import statistics
     margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
-    overs, preps, skipped = [], [], []
+    sets, preps, skipped = [], [], []
     for i, (over, full) in enumerate(tune_candidates(params)):
         unknown = set(over) - set(DEFAULTS)
         if unknown:
@@ -341,7 +342,7 @@ def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared
                 raise
             skipped.append({"params": over, "reason": str(e)[:300]})
             continue
-        overs.append(over)
+        sets.append((over, full))
         preps.append(p)
     dev = weights.device
     x = torch.randn(case.B, case.S, case.D, device=dev, dtype=torch.float32)
@@ -363,10 +364,10 @@ def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared
     med = [statistics.median(t) for t in times]
     k = pick_candidate(med, margin)
     chosen = preps[k]
+    overs = [over for over, _ in sets]
     chosen.info["tune"] = {"candidates": overs, "median_ms": [round(m, 5) for m in med], "chosen": k,
                            "chosen_params": overs[k], "margin": margin, "skipped": skipped}
-    chosen.tune_sets = [(over, full) for over, full in tune_candidates(params)
-                        if any(over == o for o in overs)]
+    chosen.tune_sets = sets
     del preps, flush
     torch.cuda.empty_cache()
     return chosen
@@ -376,9 +377,9 @@ def alternates(p: SeqresPrepared, weights: Weights) -> list:
     """The candidates ``tune`` timed but did not choose, as (label, make) with ``make()`` preparing one on its own
     (``Variant.alternates``: the correctness stage gates them all, one at a time). Empty when ``p`` was not
     autotuned. Labels: the candidate's overrides."""
-    chosen = (p.info.get("tune") or {}).get("chosen_params")
+    chosen = (p.info.get("tune") or {}).get("chosen")
     return [(str(over), lambda full=full: prepare_one(p.case, weights, **full))
-            for over, full in p.tune_sets if over != chosen]
+            for i, (over, full) in enumerate(p.tune_sets) if i != chosen]
 
 
 def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
