@@ -12,6 +12,11 @@ like a megakernel phase), in these forms:
   ptr_lnfold  the pointer loop on the raw fp32 residual with the LayerNorm folded in (docs/seqres.md next
            steps): A loaded as fp32, split into bf16 hi/lo in registers at every K step, the row sums
            Σy, Σy² accumulated in the loop, out = rstd·acc − rstd·mean·s + c in the epilogue
+  f16f8    the fp16 + fp8 scheme (``precision_probe f16f8``): a_hi·w_hi on fp16 operands (fp32 accumulator),
+           the correction terms a_lo·w_hi + a_hi·w_lo on fp8 e4m3 operands scaled by powers of two into a
+           second accumulator (fp8 wgmma runs at twice the fp16 rate: 2 units of MMA work instead of 3);
+           the fp8 weight parts are stored [N, K] (K-major, as fp8 wgmma needs) and a_hi's fp8 copy is its
+           own tensor (``f16f8r``: converted from the fp16 tile in registers, a register-operand wgmma)
   gluon    the same work written in Gluon (``gluon_gemm.mm3_gluon``): TMA into an mbarrier ring, the
            three wgmma of a K step asynchronous, one step in flight while the next is issued
 
@@ -43,6 +48,12 @@ CONFIGS = (
     ("ptr_64x128x64_s3", "ptr", 64, 128, 64, 4, 3),
     ("lnfold_64x128x32_s3", "ptr_lnfold", 64, 128, 32, 4, 3),
     ("lnfold_64x64x32_s3", "ptr_lnfold", 64, 64, 32, 4, 3),
+    ("f16f8_64x128x32_s3", "f16f8", 64, 128, 32, 4, 3),
+    ("f16f8_64x128x64_s3", "f16f8", 64, 128, 64, 4, 3),
+    ("f16f8_64x128x64_s4", "f16f8", 64, 128, 64, 4, 4),
+    ("f16f8_64x256x64_s3", "f16f8", 64, 256, 64, 4, 3),
+    ("f16f8r_64x128x32_s3", "f16f8r", 64, 128, 32, 4, 3),
+    ("f16f8r_64x128x64_s3", "f16f8r", 64, 128, 64, 4, 3),
     ("desc_64x128x64_s3", "desc", 64, 128, 64, 4, 3),
     ("desc_64x128x32_s4", "desc", 64, 128, 32, 4, 4),
     ("ws_64x128x64_s3", "desc_ws", 64, 128, 64, 4, 3),
@@ -90,6 +101,58 @@ def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
             acc = tl.dot(a_h, w_l, acc)
             acc = tl.dot(a_h, w_h, acc)
         tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm_f16f8_ptr(ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv_scale,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+                  A8_REG: tl.constexpr):
+    """c = a_hi·w_hi (fp16) + (a_lo8·w_hi8 + a_hi8·w_lo8) · inv_scale (fp8 e4m3, w8 stored [N, K])."""
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        wt_off = (tn * BN + rn)[:, None] * K + rk[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        acc8 = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            a_h = tl.load(ah + a_off + k)
+            a_l8 = tl.load(al8 + a_off + k)
+            if A8_REG:
+                a_h8 = a_h.to(tl.float8e4nv)
+            else:
+                a_h8 = tl.load(ah8 + a_off + k)
+            w_h = tl.load(wh + w_off + k * N)
+            w_h8 = tl.load(wh8t + wt_off + k)
+            w_l8 = tl.load(wl8t + wt_off + k)
+            acc = tl.dot(a_h, w_h, acc)
+            acc8 = tl.dot(a_l8, tl.trans(w_h8), acc8)
+            acc8 = tl.dot(a_h8, tl.trans(w_l8), acc8)
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc + acc8 * inv_scale)
+
+
+def f16f8_operands(a: torch.Tensor, w: torch.Tensor):
+    """The f16f8 scheme's parts of a [M, K] and w [K, N] (fp32), and the exact value they represent (fp32).
+
+    a_hi, w_hi fp16; a_lo8 = fp8(a_lo · 2^11); a_hi8 = fp8(a_hi); w_hi8 = fp8(w_hi · s), w_lo8 = fp8(w_lo · 2^11 · s)
+    with s the power of two putting max|w| below 224; the fp8 weight parts transposed to [N, K]."""
+    f8 = torch.float8_e4m3fn
+    ah = a.half()
+    al = a - ah.float()
+    wh = w.half()
+    wl = w - wh.float()
+    sa = 2.0 ** 11
+    sw = 2.0 ** int(torch.floor(torch.log2(224.0 / w.abs().max())))
+    al8, ah8 = (al * sa).to(f8), ah.float().to(f8)
+    wh8, wl8 = (wh.float() * sw).to(f8), (wl * sa * sw).to(f8)
+    val = ah.float() @ wh.float() + (al8.float() @ wh8.float() + ah8.float() @ wl8.float()) / (sa * sw)
+    return (ah.contiguous(), al8.contiguous(), ah8.contiguous(), wh.contiguous(), wh8.t().contiguous(),
+            wl8.t().contiguous(), 1.0 / (sa * sw)), val
 
 
 @triton.jit
@@ -214,6 +277,10 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_op
         y32, svec, cvec = extra_ops
         launch = lambda g: _mm3_ptr_lnfold[(g,)](y32, whi, wlo, svec, cvec, c, M, N, K, NT, BM=bm, BN=bn,  # noqa: E731
                                                  BK=bk, STAGES=ns, num_warps=nw)
+    elif form in ("f16f8", "f16f8r"):
+        ah, al8, ah8, wh, wh8t, wl8t, inv = extra_ops
+        launch = lambda g: _mm_f16f8_ptr[(g,)](ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv, BM=bm,  # noqa: E731
+                                               BN=bn, BK=bk, STAGES=ns, A8_REG=form == "f16f8r", num_warps=nw)
     elif form == "ptr":
         launch = lambda g: _mm3_ptr[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                           STAGES=ns, num_warps=nw)
@@ -261,6 +328,9 @@ def main():
                 w_f = whi.float() + wlo.float()
                 fold_ops = (y32, w_f.sum(0).contiguous(), torch.zeros(N, device="cuda"))
                 ref_ln = torch.nn.functional.layer_norm(y32, (K,), eps=1e-5) @ w_f
+            f8_ops = ref_f8 = None
+            if any(f.startswith("f16f8") and (not args.configs or nm in args.configs) for nm, f, *_ in CONFIGS):
+                f8_ops, ref_f8 = f16f8_operands(a, w)
             a3 = torch.cat([alo, ahi, ahi], 1)
             w3 = torch.cat([whi, wlo, whi], 0)
             c = torch.empty(M, N, device="cuda")
@@ -280,8 +350,9 @@ def main():
                     c.zero_()
                     ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
                                              ctas=2 if cname.endswith("_2cta") else 1, once=args.once,
-                                             extra_ops=fold_ops)
-                    err = float((c - (ref_ln if form == "ptr_lnfold" else ref)).abs().max())
+                                             extra_ops=f8_ops if form.startswith("f16f8") else fold_ops)
+                    want = ref_ln if form == "ptr_lnfold" else ref_f8 if form.startswith("f16f8") else ref
+                    err = float((c - want).abs().max())
                     r[cname] = dict(us=1e3 * ms, grid=grid, regs=k.n_regs, smem=k.metadata.shared,
                                     warps=k.metadata.num_warps, max_err=err,
                                     tflops=2 * M * N * 3 * K / (ms * 1e-3) / 1e12)

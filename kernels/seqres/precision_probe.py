@@ -10,6 +10,10 @@ Schemes (``a`` is the activation operand, ``w`` the weight / second operand):
   f16_w1   a split into fp16 hi/lo, w rounded to fp16 once: two products (w's rounding is the error)
   f16_a1   a rounded to fp16 once, w split into fp16 hi/lo: two products
   bf16_w1  a split into bf16 hi/lo, w rounded to bf16 once
+  f16f8    a_hi·w_hi in fp16 (exact products) plus the two correction terms a_lo·w_hi + a_hi·w_lo in fp8
+           e4m3 (both operands of each rounded to 4 significant bits after a power-of-two scale: a_lo by
+           2^11, the weight parts by the power of two that puts the tensor's max below 448 / 2^11 for w_lo):
+           fp8 tensor cores run at twice the fp16 rate, so 2 units of MMA work instead of bf16x3's 3
   exact    no rounding (checks the emulation itself)
 
 With ``--ln-fold`` the two GEMMs behind a LayerNorm (QKV, FFN1) take the LayerNorm algebraically:
@@ -62,7 +66,15 @@ def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
         a1 = _round(a, torch.float16)
         wh, wl = _split(w_t, torch.float16)
         return a1 @ wh + a1 @ wl
-    raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1")
+    if scheme == "f16f8":
+        ah, al = _split(a, torch.float16)
+        wh, wl = _split(w_t, torch.float16)
+        sa = 2.0 ** 11
+        sw = 2.0 ** math.floor(math.log2(224.0 / float(w_t.abs().max())))
+        f8 = torch.float8_e4m3fn
+        corr = _round(al * sa, f8) @ _round(wh * sw, f8) + _round(ah, f8) @ _round(wl * (sa * sw), f8)
+        return ah @ wh + corr / (sa * sw)
+    raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1, f16f8")
 
 
 def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold: bool) -> torch.Tensor:
