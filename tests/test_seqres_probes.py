@@ -52,7 +52,7 @@ def test_precision_probe_ranks_schemes_by_their_rounding():
 def test_precision_probe_matmul_schemes_agree_without_rounding_error():
     a = torch.randint(-8, 8, (5, 7), dtype=torch.float64)  # exact in bf16 and fp16: every scheme is exact
     w = torch.randint(-8, 8, (7, 3), dtype=torch.float64)
-    for s in ("exact", "bf16x3", "f16_w1", "f16_a1", "bf16_w1"):
+    for s in ("exact", "bf16x3", "f16_w1", "f16_a1", "bf16_w1", "f16f8"):
         assert torch.equal(precision_probe.matmul(a, w, s), a @ w), s
 
 
@@ -60,7 +60,7 @@ def test_gemm_probe_configs_are_well_formed():
     names = [c[0] for c in gemm_probe.CONFIGS]
     assert len(names) == len(set(names))
     for name, form, bm, bn, bk, nw, ns in gemm_probe.CONFIGS:
-        assert form in ("ptr", "ptr_lnfold", "f16f8", "f16f8r", "desc", "desc_ws", "gluon", "gluon_ws"), name
+        assert form in ("ptr", "ptr_nest", "ptr_lnfold", "f16f8", "f16f8r", "desc", "desc_ws", "gluon", "gluon_ws"), name
         assert bm % (16 * min(nw, 4)) == 0 and bn % 8 == 0 and bk % 16 == 0, name
         if form.startswith("gluon"):
             assert bn % instr_n(bm, bn, nw) == 0, name

@@ -46,9 +46,13 @@ from ..common.tl_helpers import split_bf16
 CONFIGS = (
     ("ptr_64x128x32_s3", "ptr", 64, 128, 32, 4, 3),
     ("ptr_64x128x64_s3", "ptr", 64, 128, 64, 4, 3),
+    ("nest_64x128x32_s3", "ptr_nest", 64, 128, 32, 4, 3),
+    ("nest_64x64x32_s3", "ptr_nest", 64, 64, 32, 4, 3),
     ("lnfold_64x128x32_s3", "ptr_lnfold", 64, 128, 32, 4, 3),
     ("lnfold_64x64x32_s3", "ptr_lnfold", 64, 64, 32, 4, 3),
     ("f16f8_64x128x32_s3", "f16f8", 64, 128, 32, 4, 3),
+    ("f16f8_64x64x32_s3", "f16f8", 64, 64, 32, 4, 3),
+    ("f16f8_64x64x64_s3", "f16f8", 64, 64, 64, 4, 3),
     ("f16f8_64x128x64_s3", "f16f8", 64, 128, 64, 4, 3),
     ("f16f8_64x128x64_s4", "f16f8", 64, 128, 64, 4, 4),
     ("f16f8_64x256x64_s3", "f16f8", 64, 256, 64, 4, 3),
@@ -101,6 +105,33 @@ def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
             acc = tl.dot(a_h, w_l, acc)
             acc = tl.dot(a_h, w_h, acc)
         tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm3_ptr_nest(ahi, alo, whi, wlo, c, M, N, K, NT,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """``_mm3_ptr`` with the three terms in three accumulators (the megakernel's ``gemm_loop: nested``)."""
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        acc1 = tl.zeros([BM, BN], tl.float32)
+        acc2 = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            a_h = tl.load(ahi + a_off + k)
+            a_l = tl.load(alo + a_off + k)
+            w_h = tl.load(whi + w_off + k * N)
+            w_l = tl.load(wlo + w_off + k * N)
+            acc1 = tl.dot(a_l, w_h, acc1)
+            acc2 = tl.dot(a_h, w_l, acc2)
+            acc = tl.dot(a_h, w_h, acc)
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc + (acc1 + acc2))
 
 
 @triton.jit
@@ -255,15 +286,16 @@ def _kernel_names(fn) -> list[str]:
     return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
-def _slots(kernel, n_sm: int) -> int:
-    """Programs that fit at once: n_sm × CTAs per SM by shared memory, registers and threads."""
+def _slots(kernel, n_sm: int, cap: int = 0) -> int:
+    """Programs that fit at once: n_sm × CTAs per SM by shared memory, registers and threads (at most ``cap``
+    per SM when cap > 0: the megakernel runs 2)."""
     smem = kernel.metadata.shared
     threads = 32 * kernel.metadata.num_warps
     per_sm = min(233472 // max(1, smem + 1024), 65536 // max(1, kernel.n_regs * threads), 2048 // threads)
-    return n_sm * max(1, per_sm)
+    return n_sm * max(1, min(per_sm, cap) if cap > 0 else per_sm)
 
 
-def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_ops=None):
+def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_ops=None, cap=0):
     ahi, alo, whi, wlo, c, M, N, K = ops
     NT = (M // bm) * (N // bn)
     if form in ("gluon", "gluon_ws"):
@@ -281,6 +313,9 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_op
         ah, al8, ah8, wh, wh8t, wl8t, inv = extra_ops
         launch = lambda g: _mm_f16f8_ptr[(g,)](ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv, BM=bm,  # noqa: E731
                                                BN=bn, BK=bk, STAGES=ns, A8_REG=form == "f16f8r", num_warps=nw)
+    elif form == "ptr_nest":
+        launch = lambda g: _mm3_ptr_nest[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
+                                               STAGES=ns, num_warps=nw)
     elif form == "ptr":
         launch = lambda g: _mm3_ptr[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                           STAGES=ns, num_warps=nw)
@@ -289,7 +324,7 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_op
         launch = lambda g: _mm3_desc[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                            STAGES=ns, WS=ws, num_warps=nw)
     k = launch(n_sm)
-    grid = min(NT, _slots(k, n_sm))
+    grid = min(NT, _slots(k, n_sm, cap))
     launch(grid)
     torch.cuda.synchronize()
     ms = float("nan") if once else _time_ms(lambda: launch(grid))
@@ -302,6 +337,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--configs", nargs="*", default=None)
     ap.add_argument("--gemms", nargs="*", default=None, help="of qkv oproj ffn1 ffn2 (default: all four)")
+    ap.add_argument("--ctas-per-sm", type=int, default=0,
+                    help="at most this many programs per SM (default: as many as fit; the megakernel runs 2)")
     ap.add_argument("--once", action="store_true",
                     help="no timing: each kernel launched at its persistent grid once after its compile launch "
                          "(cuBLAS once), for Nsight Compute")
@@ -350,7 +387,8 @@ def main():
                     c.zero_()
                     ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
                                              ctas=2 if cname.endswith("_2cta") else 1, once=args.once,
-                                             extra_ops=f8_ops if form.startswith("f16f8") else fold_ops)
+                                             extra_ops=f8_ops if form.startswith("f16f8") else fold_ops,
+                                             cap=args.ctas_per_sm)
                     want = ref_ln if form == "ptr_lnfold" else ref_f8 if form.startswith("f16f8") else ref
                     err = float((c - want).abs().max())
                     r[cname] = dict(us=1e3 * ms, grid=grid, regs=k.n_regs, smem=k.metadata.shared,
