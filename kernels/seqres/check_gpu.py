@@ -217,6 +217,14 @@ SWEEP = {
     "ao_ff_nest_bkv32": dict(_AFN, block_kv=32),
     "lnq_nest_bkv128": dict(_AFN, ln_local="qkv", block_kv=128),
     "lnq_nest_nofill": dict(_AFN, ln_local="qkv", attn_fill=False),
+    # session 10: causal attention with 2+ rounds of query tiles per program, so that the mirrored odd rounds even
+    # out the key blocks (case 10: 4 tiles of 64 rows over 4 programs carry 1 or 2 key blocks; case 7: 12 of 32 over 8)
+    "lnq_nest_bq32": dict(_AFN, ln_local="qkv", block_q=32),
+    "lnq_nest_bq32_kv32": dict(_AFN, ln_local="qkv", block_q=32, block_kv=32),
+    "lnq_nest_bq32_ast1": dict(_AFN, ln_local="qkv", block_q=32, attn_stages=1),
+    "lnq_nest_bq16": dict(_AFN, ln_local="qkv", block_q=16),
+    "nest_n64_bq16": dict(_NEST64, block_q=16),
+    "nest_n64_bq16_kv32": dict(_NEST64, block_q=16, block_kv=32),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
