@@ -225,6 +225,13 @@ SWEEP = {
     "lnq_nest_bq16": dict(_AFN, ln_local="qkv", block_q=16),
     "nest_n64_bq16": dict(_NEST64, block_q=16),
     "nest_n64_bq16_kv32": dict(_NEST64, block_q=16, block_kv=32),
+    # session 10: 128-row tiles with K steps of 16 (a 128x128 tile's stage is 16 KiB, so 4-5 stages fit two programs
+    # per SM): a third fewer L2 bytes per MMA than 64x128x32, the same 6 wgmma per step (session 8 tried 128-row tiles
+    # only with 2 stages of 32, and K steps of 16 only on 64-row tiles)
+    "bm128_bk16_s3_ast1": dict(block_m=128, block_k=16, num_stages=3, attn_stages=1),
+    "bm128_bk16_s4_ast1": dict(block_m=128, block_k=16, num_stages=4, attn_stages=1),
+    "bm128_bk16_s5_ast1": dict(block_m=128, block_k=16, num_stages=5, attn_stages=1),
+    "g2_bm128_bk16_s4_ast1": dict(block_m=128, block_k=16, num_stages=4, attn_stages=1, seqs_per_program=2),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
