@@ -232,6 +232,16 @@ SWEEP = {
     "bm128_bk16_s4_ast1": dict(block_m=128, block_k=16, num_stages=4, attn_stages=1),
     "bm128_bk16_s5_ast1": dict(block_m=128, block_k=16, num_stages=5, attn_stages=1),
     "g2_bm128_bk16_s4_ast1": dict(block_m=128, block_k=16, num_stages=4, attn_stages=1, seqs_per_program=2),
+    # session 10: which attention loop's pipelining costs case 9 (S = 64: one key block per tile, two tiles per
+    # program) its 15 us: attn_stages 1 halved its attention phase but slowed its GEMM phases
+    "ais1": dict(attn_item_stages=1),
+    "ast1_ais3": dict(attn_stages=1, attn_item_stages=3),
+    "nest_n64_ais1": dict(_NEST64, attn_item_stages=1),
+    "nest_n64_ast1_ais3": dict(_NEST64, attn_stages=1, attn_item_stages=3),
+    "lnq_nest_ais1": dict(_AFN, ln_local="qkv", attn_item_stages=1),
+    "ao_ff_nest_nofill_ais1": dict(_AFN, attn_fill=False, attn_item_stages=1),
+    "g2_ao_ff_nest_ais1": dict(_AFN, seqs_per_program=2, attn_item_stages=1),
+    "g4_ao_ff_nest_ais1": dict(_AFN, seqs_per_program=4, attn_item_stages=1),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 
