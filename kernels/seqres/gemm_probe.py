@@ -12,6 +12,9 @@ like a megakernel phase), in these forms:
   ptr_lnfold  the pointer loop on the raw fp32 residual with the LayerNorm folded in (docs/seqres.md next
            steps): A loaded as fp32, split into bf16 hi/lo in registers at every K step, the row sums
            Σy, Σy² accumulated in the loop, out = rstd·acc − rstd·mean·s + c in the epilogue
+  k3       bf16x3 as ONE dot per K step over tripled K: A' = (a_lo, a_hi, a_hi) and W' = (w_hi, w_lo, w_hi) per
+           K index (the megakernel's presplit_rows 3 weight rows), so no dot waits for another (ptxas serializes
+           chained dots in a loop with an epilogue; one dot per step stays asynchronous), at 1.5x the bytes
   f16f8    the fp16 + fp8 scheme (``precision_probe f16f8``): a_hi·w_hi on fp16 operands (fp32 accumulator),
            the correction terms a_lo·w_hi + a_hi·w_lo on fp8 e4m3 operands scaled by powers of two into a
            second accumulator (fp8 wgmma runs at twice the fp16 rate: 2 units of MMA work instead of 3);
@@ -47,6 +50,12 @@ CONFIGS = (
     ("ptr_64x128x32_s3", "ptr", 64, 128, 32, 4, 3),
     ("ptr_64x128x64_s3", "ptr", 64, 128, 64, 4, 3),
     ("nest_64x128x32_s3", "ptr_nest", 64, 128, 32, 4, 3),
+    ("k3_64x128x64_s3", "k3", 64, 128, 64, 4, 3),
+    ("k3_64x128x64_s4", "k3", 64, 128, 64, 4, 4),
+    ("k3_64x128x32_s6", "k3", 64, 128, 32, 4, 6),
+    ("k3_64x128x128_s2", "k3", 64, 128, 128, 4, 2),
+    ("k3_64x64x64_s4", "k3", 64, 64, 64, 4, 4),
+    ("k3_64x64x128_s3", "k3", 64, 64, 128, 4, 3),
     ("nest_64x64x32_s3", "ptr_nest", 64, 64, 32, 4, 3),
     ("lnfold_64x128x32_s3", "ptr_lnfold", 64, 128, 32, 4, 3),
     ("lnfold_64x64x32_s3", "ptr_lnfold", 64, 64, 32, 4, 3),
@@ -104,6 +113,25 @@ def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
             acc = tl.dot(a_l, w_h, acc)
             acc = tl.dot(a_h, w_l, acc)
             acc = tl.dot(a_h, w_h, acc)
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm1_ptr(a, w, c, M, N, K, NT,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """c = a @ w with one dot per K step (the k3 form: a, w are the tripled-K operands, K = 3 x the model's)."""
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            acc = tl.dot(tl.load(a + a_off + k), tl.load(w + w_off + k * N), acc)
         tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
 
 
@@ -313,6 +341,10 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_op
         ah, al8, ah8, wh, wh8t, wl8t, inv = extra_ops
         launch = lambda g: _mm_f16f8_ptr[(g,)](ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv, BM=bm,  # noqa: E731
                                                BN=bn, BK=bk, STAGES=ns, A8_REG=form == "f16f8r", num_warps=nw)
+    elif form == "k3":
+        a3, w3 = extra_ops
+        launch = lambda g: _mm1_ptr[(g,)](a3, w3, c, M, N, 3 * K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
+                                          STAGES=ns, num_warps=nw)
     elif form == "ptr_nest":
         launch = lambda g: _mm3_ptr_nest[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                                STAGES=ns, num_warps=nw)
@@ -368,6 +400,9 @@ def main():
             f8_ops = ref_f8 = None
             if any(f.startswith("f16f8") and (not args.configs or nm in args.configs) for nm, f, *_ in CONFIGS):
                 f8_ops, ref_f8 = f16f8_operands(a, w)
+            # the k3 form's operands, interleaved per K index as the megakernel would store them
+            a3i = torch.stack([alo, ahi, ahi], 2).reshape(M, 3 * K).contiguous()
+            w3i = torch.stack([whi, wlo, whi], 1).reshape(3 * K, N).contiguous()
             a3 = torch.cat([alo, ahi, ahi], 1)
             w3 = torch.cat([whi, wlo, whi], 0)
             c = torch.empty(M, N, device="cuda")
@@ -381,13 +416,14 @@ def main():
             for cname, form, bm, bn, bk, nw, ns in CONFIGS:
                 if args.configs and cname not in args.configs:
                     continue
-                if M % bm or N % bn or K % bk:
+                if M % bm or N % bn or (3 * K if form == "k3" else K) % bk:
                     continue
                 try:
                     c.zero_()
                     ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
                                              ctas=2 if cname.endswith("_2cta") else 1, once=args.once,
-                                             extra_ops=f8_ops if form.startswith("f16f8") else fold_ops,
+                                             extra_ops=(f8_ops if form.startswith("f16f8") else
+                                                        (a3i, w3i) if form == "k3" else fold_ops),
                                              cap=args.ctas_per_sm)
                     want = ref_ln if form == "ptr_lnfold" else ref_f8 if form.startswith("f16f8") else ref
                     err = float((c - want).abs().max())
