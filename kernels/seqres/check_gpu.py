@@ -242,6 +242,14 @@ SWEEP = {
     "ao_ff_nest_nofill_ais1": dict(_AFN, attn_fill=False, attn_item_stages=1),
     "g2_ao_ff_nest_ais1": dict(_AFN, seqs_per_program=2, attn_item_stages=1),
     "g4_ao_ff_nest_ais1": dict(_AFN, seqs_per_program=4, attn_item_stages=1),
+    # session 10: 128-wide QKV tiles on the flat loop's one accumulator inside the nested configurations, where 64-wide
+    # QKV tiles do not divide over the programs (cases 5, 6: 6 tiles over 4; case 11: 24 over 16)
+    "ao_ff_nest_nofill_qf128": dict(_AFN, attn_fill=False, qkv_loop="flat", block_n_wide=128),
+    "ao_ff_nest_nofill_qf64": dict(_AFN, attn_fill=False, qkv_loop="flat"),
+    "ao_ff_nest_qf128": dict(_AFN, qkv_loop="flat", block_n_wide=128),
+    "g2_ao_ff_nest_qf128": dict(_AFN, seqs_per_program=2, qkv_loop="flat", block_n_wide=128),
+    "g4_ao_ff_nest_qf128": dict(_AFN, seqs_per_program=4, qkv_loop="flat", block_n_wide=128),
+    "g2_lnq_nest_qf128": dict(_AFN, seqs_per_program=2, ln_local="qkv", qkv_loop="flat", block_n_wide=128),
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

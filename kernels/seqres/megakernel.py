@@ -900,13 +900,14 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, LNL: tl.constexpr = 0, AIST: tl.constexpr = 0):
+                AO: tl.constexpr, LNL: tl.constexpr, AIST: tl.constexpr, QNEST: tl.constexpr):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
-    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers."""
+    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
+    QNEST: the QKV phase's loop form (NEST, or the flat loop's one accumulator with ``qkv_loop: flat``)."""
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
@@ -919,16 +920,16 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNL:
         _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D, NEST)
+                         BNQ, BD, CM, WROWS, 4 * D, QNEST)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, QNEST)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 0, NEST)
+                           BM, BNQ, BK, CM, WROWS, False, 0, QNEST)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
@@ -1007,7 +1008,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr, AIST: tl.constexpr,
+    LNL: tl.constexpr, AIST: tl.constexpr, QNEST: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1040,7 +1041,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, AIST)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, AIST, QNEST)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
