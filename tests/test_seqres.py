@@ -82,7 +82,7 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
     dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
-         gelu="poly", attn_stages=1, attn_item_stages=2),
+         gelu="poly", attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
     dict(ffn_fused=True),  # 4D = 192 hidden columns in 128-wide chunks: a ragged last chunk
@@ -646,11 +646,3 @@ def test_check_gpu_sweep_entries_use_known_parameters():
     bad = {name: sorted(set(over) - set(DEFAULTS)) for name, over in SWEEP.items() if set(over) - set(DEFAULTS)}
     assert not bad, bad
     assert "untuned" in SWEEP and SWEEP["untuned"] == {}
-
-
-def test_attn_item_stages_reaches_the_kernel():
-    """attn_item_stages is its own constexpr (the loop over a program's attention tiles); 0 keeps attn_stages."""
-    c = load_case(9)
-    assert prepare_meta(c, n_sm=132)[0]["AIST"] == 0
-    meta = prepare_meta(c, n_sm=132, attn_item_stages=1, attn_stages=3)[0]
-    assert (meta["AIST"], meta["AST"]) == (1, 3)

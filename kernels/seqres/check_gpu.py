@@ -232,24 +232,9 @@ SWEEP = {
     "bm128_bk16_s4_ast1": dict(block_m=128, block_k=16, num_stages=4, attn_stages=1),
     "bm128_bk16_s5_ast1": dict(block_m=128, block_k=16, num_stages=5, attn_stages=1),
     "g2_bm128_bk16_s4_ast1": dict(block_m=128, block_k=16, num_stages=4, attn_stages=1, seqs_per_program=2),
-    # session 10: which attention loop's pipelining costs case 9 (S = 64: one key block per tile, two tiles per
-    # program) its 15 us: attn_stages 1 halved its attention phase but slowed its GEMM phases
-    "ais1": dict(attn_item_stages=1),
-    "ast1_ais3": dict(attn_stages=1, attn_item_stages=3),
-    "nest_n64_ais1": dict(_NEST64, attn_item_stages=1),
-    "nest_n64_ast1_ais3": dict(_NEST64, attn_stages=1, attn_item_stages=3),
-    "lnq_nest_ais1": dict(_AFN, ln_local="qkv", attn_item_stages=1),
-    "ao_ff_nest_nofill_ais1": dict(_AFN, attn_fill=False, attn_item_stages=1),
-    "g2_ao_ff_nest_ais1": dict(_AFN, seqs_per_program=2, attn_item_stages=1),
-    "g4_ao_ff_nest_ais1": dict(_AFN, seqs_per_program=4, attn_item_stages=1),
-    # session 10: 128-wide QKV tiles on the flat loop's one accumulator inside the nested configurations, where 64-wide
-    # QKV tiles do not divide over the programs (cases 5, 6: 6 tiles over 4; case 11: 24 over 16)
-    "ao_ff_nest_nofill_qf128": dict(_AFN, attn_fill=False, qkv_loop="flat", block_n_wide=128),
-    "ao_ff_nest_nofill_qf64": dict(_AFN, attn_fill=False, qkv_loop="flat"),
-    "ao_ff_nest_qf128": dict(_AFN, qkv_loop="flat", block_n_wide=128),
-    "g2_ao_ff_nest_qf128": dict(_AFN, seqs_per_program=2, qkv_loop="flat", block_n_wide=128),
-    "g4_ao_ff_nest_qf128": dict(_AFN, seqs_per_program=4, qkv_loop="flat", block_n_wide=128),
-    "g2_lnq_nest_qf128": dict(_AFN, seqs_per_program=2, ln_local="qkv", qkv_loop="flat", block_n_wide=128),
+    # session 10: attn_item_stages (case 9's attention loop over tiles unpipelined; entries ais1, ast1_ais3,
+    # nest_n64_ais1, ...) and qkv_loop (128-wide QKV tiles on one accumulator; entries *_qf128) were measured at
+    # 008c1a4 and 766e96a and removed with their parameters (docs/seqres.md, session 10)
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
 }
 

@@ -262,10 +262,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if lnl and _pow2(D) > LN_LOCAL_MAX_D:
         raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
                          f"{LN_LOCAL_MAX_D}; set ln_local=false")
-    if o["qkv_loop"] not in ("same", "flat"):
-        raise ValueError(f"seqres: qkv_loop={o['qkv_loop']!r}: same (the gemm_loop's form) or flat")
-    if o["qkv_loop"] == "flat" and not flat:
-        raise ValueError("seqres: qkv_loop=flat needs gemm_loop=flat or nested (the pre-split A operands)")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
@@ -283,8 +279,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
-        AST=int(o["attn_stages"]), AIST=int(o["attn_item_stages"]), NEST=o["gemm_loop"] == "nested",
-        QNEST=o["gemm_loop"] == "nested" and o["qkv_loop"] == "same",
+        AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         NCNT=0, LNL=lnl,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
