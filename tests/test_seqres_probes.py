@@ -60,7 +60,7 @@ def test_gemm_probe_configs_are_well_formed():
     names = [c[0] for c in gemm_probe.CONFIGS]
     assert len(names) == len(set(names))
     for name, form, bm, bn, bk, nw, ns in gemm_probe.CONFIGS:
-        assert form in ("ptr", "ptr_nest", "k3", "ptr_lnfold", "f16f8", "f16f8r", "desc", "desc_ws", "gluon", "gluon_ws"), name
+        assert form in ("ptr", "ptr_nest", "k3", "pair", "pair_ca", "ptr_lnfold", "f16f8", "f16f8r", "desc", "desc_ws", "gluon", "gluon_ws"), name
         assert bm % (16 * min(nw, 4)) == 0 and bn % 8 == 0 and bk % 16 == 0, name
         if form.startswith("gluon"):
             assert bn % instr_n(bm, bn, nw) == 0, name

@@ -12,6 +12,12 @@ like a megakernel phase), in these forms:
   ptr_lnfold  the pointer loop on the raw fp32 residual with the LayerNorm folded in (docs/seqres.md next
            steps): A loaded as fp32, split into bf16 hi/lo in registers at every K step, the row sums
            Σy, Σy² accumulated in the loop, out = rstd·acc − rstd·mean·s + c in the epilogue
+  pair     the ptr loop with programs p and p + grid/2 on the same column tiles in lockstep (adjacent row blocks):
+           in the megakernel the two programs an SM holds have the same rank in two groups, so they read the
+           same weight tiles at about the same time
+  pair_ca  the same with every cp.async compiled as ``cp.async.ca`` (cached in L1; Triton 3.6 emits ``.cg`` for every
+           16-byte copy whatever the cache modifier, so the PTX is rewritten by a compile hook): can the second
+           program of an SM take the weight tile from L1, as cuBLAS's 2-CTA clusters multicast one operand?
   k3       bf16x3 as ONE dot per K step over tripled K: A' = (a_lo, a_hi, a_hi) and W' = (w_hi, w_lo, w_hi) per
            K index (the megakernel's presplit_rows 3 weight rows), so no dot waits for another (ptxas serializes
            chained dots in a loop with an epilogue; one dot per step stays asynchronous), at 1.5x the bytes
@@ -50,6 +56,11 @@ CONFIGS = (
     ("ptr_64x128x32_s3", "ptr", 64, 128, 32, 4, 3),
     ("ptr_64x128x64_s3", "ptr", 64, 128, 64, 4, 3),
     ("nest_64x128x32_s3", "ptr_nest", 64, 128, 32, 4, 3),
+    ("pair_64x128x32_s3", "pair", 64, 128, 32, 4, 3),
+    ("pairca_64x128x32_s3", "pair_ca", 64, 128, 32, 4, 3),
+    ("pair_64x128x32_s4", "pair", 64, 128, 32, 4, 4),
+    ("pairca_64x128x32_s4", "pair_ca", 64, 128, 32, 4, 4),
+    ("pairca_64x64x32_s4", "pair_ca", 64, 64, 32, 4, 4),
     ("k3_64x128x64_s3", "k3", 64, 128, 64, 4, 3),
     ("k3_64x128x64_s4", "k3", 64, 128, 64, 4, 4),
     ("k3_64x128x32_s6", "k3", 64, 128, 32, 4, 6),
@@ -114,6 +125,58 @@ def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
             acc = tl.dot(a_h, w_l, acc)
             acc = tl.dot(a_h, w_h, acc)
         tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm3_pair_body(ahi, alo, whi, wlo, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   STAGES: tl.constexpr):
+    """The ptr loop over the tiles of program p: with half = grid / 2 (the SM count: launched at 2 programs per
+    SM, program p + half is the second program on program p's SM when the block scheduler fills the SMs in the
+    same order twice), programs p and p + half take the same column tile tn at the same position of their tile
+    sequence, on adjacent row blocks (2 tm' + p // half)."""
+    half = tl.num_programs(0) // 2
+    i = tl.program_id(0) % half
+    sub = tl.program_id(0) // half
+    ntn = N // BN
+    NT2 = (M // BM // 2) * ntn
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(i, NT2, half):
+        tm = 2 * (t // ntn) + sub
+        tn = t % ntn
+        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            a_h = tl.load(ahi + a_off + k)
+            a_l = tl.load(alo + a_off + k)
+            w_h = tl.load(whi + w_off + k * N)
+            w_l = tl.load(wlo + w_off + k * N)
+            acc = tl.dot(a_l, w_h, acc)
+            acc = tl.dot(a_h, w_l, acc)
+            acc = tl.dot(a_h, w_h, acc)
+        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm3_pair(ahi, alo, whi, wlo, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              STAGES: tl.constexpr):
+    _mm3_pair_body(ahi, alo, whi, wlo, c, M, N, K, BM, BN, BK, STAGES)
+
+
+@triton.jit
+def _mm3_pair_ca(ahi, alo, whi, wlo, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 STAGES: tl.constexpr):
+    """``_mm3_pair`` (its own function, so its cache entry is the rewritten one): compiled under ``ca_hook``."""
+    _mm3_pair_body(ahi, alo, whi, wlo, c, M, N, K, BM, BN, BK, STAGES)
+
+
+def ca_hook(backend, stages, options, language, capability):
+    """Triton compile-stage hook: every ``cp.async.cg`` of the PTX becomes ``cp.async.ca`` (L1-allocating)."""
+    make_ptx = stages["ptx"]
+    stages["ptx"] = lambda src, metadata: make_ptx(src, metadata).replace("cp.async.cg.shared.global",
+                                                                           "cp.async.ca.shared.global")
 
 
 @triton.jit
@@ -341,6 +404,18 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_op
         ah, al8, ah8, wh, wh8t, wl8t, inv = extra_ops
         launch = lambda g: _mm_f16f8_ptr[(g,)](ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv, BM=bm,  # noqa: E731
                                                BN=bn, BK=bk, STAGES=ns, A8_REG=form == "f16f8r", num_warps=nw)
+    elif form in ("pair", "pair_ca"):
+        fn = _mm3_pair_ca if form == "pair_ca" else _mm3_pair
+        launch = lambda g: fn[(2 * n_sm,)](ahi, alo, whi, wlo, c, M, N, K, BM=bm, BN=bn, BK=bk,  # noqa: E731
+                                            STAGES=ns, num_warps=nw)
+        if form == "pair_ca":  # compile now, under the hook (always, so no cached .cg binary is taken)
+            from triton import knobs
+            knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = ca_hook, True
+            try:
+                k = launch(n_sm * 2)
+            finally:
+                knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = None, False
+            assert "cp.async.ca." in k.asm["ptx"] and "cp.async.cg." not in k.asm["ptx"]
     elif form == "k3":
         a3, w3 = extra_ops
         launch = lambda g: _mm1_ptr[(g,)](a3, w3, c, M, N, 3 * K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
@@ -416,7 +491,7 @@ def main():
             for cname, form, bm, bn, bk, nw, ns in CONFIGS:
                 if args.configs and cname not in args.configs:
                     continue
-                if M % bm or N % bn or (3 * K if form == "k3" else K) % bk:
+                if M % bm or N % bn or (3 * K if form == "k3" else K) % bk or (form.startswith("pair") and M % (2 * bm)):
                     continue
                 try:
                     c.zero_()
