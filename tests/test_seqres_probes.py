@@ -85,3 +85,30 @@ def test_gluon_gemm_compiles_for_sm90():
         assert int(fields["shared"]) <= 232448, ln  # fits one H100/H200 SM
         if ln.startswith("mm3_gluon_ws"):
             assert int(fields["setmaxnreg"]) > 0, ln  # the producer hands its registers to the MMA warps
+
+
+def test_f16f8_operands_represent_the_product():
+    """The f16f8 scheme's parts (fp16 hi, scaled fp8 corrections) stand for a·w to about bf16x3's accuracy."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 128, generator=g)
+    w = torch.randn(128, 96, generator=g) / 128 ** 0.5
+    parts, val = gemm_probe.f16f8_operands(a, w)
+    ah, al8, ah8, wh, wh8t, wl8t, inv = parts
+    assert ah.dtype == wh.dtype == torch.float16 and al8.dtype == wl8t.dtype == torch.float8_e4m3fn
+    assert wh8t.shape == (96, 128)  # the fp8 weight parts K-major, as fp8 wgmma reads them
+    exact = (a.double() @ w.double()).float()
+    rel = float((val - exact).abs().max() / exact.abs().max())
+    fp16_only = float((ah.float() @ wh.float() - exact).abs().max() / exact.abs().max())
+    assert rel < 3e-5 and rel < fp16_only / 10, (rel, fp16_only)
+
+
+def test_ca_hook_rewrites_every_async_copy():
+    """gemm_probe's pair_ca form depends on a compile-stage hook turning cp.async.cg into cp.async.ca (sm_90a,
+    no GPU needed; in a subprocess without the interpreter, as the Gluon test); the PTX must still assemble."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from kernels.seqres.gemm_probe import aot_pair_ca; k = aot_pair_ca(); p = k.asm['ptx']; "
+            "print(p.count('cp.async.ca.shared.global'), p.count('cp.async.cg'), len(k.asm['cubin']))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ca, cg, cubin = map(int, p.stdout.split())
+    assert ca > 0 and cg == 0 and cubin > 0, p.stdout

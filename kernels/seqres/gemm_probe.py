@@ -179,6 +179,28 @@ def ca_hook(backend, stages, options, language, capability):
                                                                            "cp.async.ca.shared.global")
 
 
+def aot_pair_ca(bm: int = 64, bn: int = 128, bk: int = 32, stages: int = 3):
+    """Compile ``_mm3_pair_ca`` under ``ca_hook`` for sm_90a without a GPU (tests: the hook still works with the
+    installed Triton and leaves the PTX assemblable). Returns the CompiledKernel."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    fn = _mm3_pair_ca
+    names = list(fn.arg_names)
+    sig = {n: "*bf16" for n in ("ahi", "alo", "whi", "wlo")}
+    sig.update(c="*fp32", M="i32", N="i32", K="i32", BM="constexpr", BN="constexpr", BK="constexpr",
+               STAGES="constexpr")
+    cex = dict(BM=bm, BN=bn, BK=bk, STAGES=stages)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("ahi", "alo", "whi", "wlo", "c", "M", "N", "K")}
+    src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
+    old = knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile
+    knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = ca_hook, True
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    finally:
+        knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = old
+
+
 @triton.jit
 def _mm1_ptr(a, w, c, M, N, K, NT,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
