@@ -104,27 +104,41 @@ CONFIGS = (
 
 
 @triton.jit
-def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
-             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
-    ntn = N // BN
+def _mm3_tile(ahi, alo, whi, wlo, c, tm, tn, N, K,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, NEST: tl.constexpr = False):
+    """Output tile (tm, tn) of the presplit bf16x3 product: the K loop of the ``ptr`` form, one accumulator
+    (NEST: the three terms in three accumulators, summed at the end, as the megakernel's ``gemm_loop: nested``)."""
     rm = tl.arange(0, BM)
     rn = tl.arange(0, BN)
     rk = tl.arange(0, BK)
-    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
-        tm = t // ntn
-        tn = t % ntn
-        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
-        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
-        acc = tl.zeros([BM, BN], tl.float32)
-        for k in tl.range(0, K, BK, num_stages=STAGES):
-            a_h = tl.load(ahi + a_off + k)
-            a_l = tl.load(alo + a_off + k)
-            w_h = tl.load(whi + w_off + k * N)
-            w_l = tl.load(wlo + w_off + k * N)
+    a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
+    w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+    acc = tl.zeros([BM, BN], tl.float32)
+    acc1 = tl.zeros([BM, BN], tl.float32)
+    acc2 = tl.zeros([BM, BN], tl.float32)
+    for k in tl.range(0, K, BK, num_stages=STAGES):
+        a_h = tl.load(ahi + a_off + k)
+        a_l = tl.load(alo + a_off + k)
+        w_h = tl.load(whi + w_off + k * N)
+        w_l = tl.load(wlo + w_off + k * N)
+        if NEST:
+            acc1 = tl.dot(a_l, w_h, acc1)
+            acc2 = tl.dot(a_h, w_l, acc2)
+        else:
             acc = tl.dot(a_l, w_h, acc)
             acc = tl.dot(a_h, w_l, acc)
-            acc = tl.dot(a_h, w_h, acc)
-        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+        acc = tl.dot(a_h, w_h, acc)
+    if NEST:
+        acc = acc + (acc1 + acc2)
+    tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+
+
+@triton.jit
+def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    ntn = N // BN
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        _mm3_tile(ahi, alo, whi, wlo, c, t // ntn, t % ntn, N, K, BM, BN, BK, STAGES)
 
 
 @triton.jit
@@ -135,28 +149,10 @@ def _mm3_pair_body(ahi, alo, whi, wlo, c, M, N, K, BM: tl.constexpr, BN: tl.cons
     same order twice), programs p and p + half take the same column tile tn at the same position of their tile
     sequence, on adjacent row blocks (2 tm' + p // half)."""
     half = tl.num_programs(0) // 2
-    i = tl.program_id(0) % half
     sub = tl.program_id(0) // half
     ntn = N // BN
-    NT2 = (M // BM // 2) * ntn
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    for t in range(i, NT2, half):
-        tm = 2 * (t // ntn) + sub
-        tn = t % ntn
-        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
-        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
-        acc = tl.zeros([BM, BN], tl.float32)
-        for k in tl.range(0, K, BK, num_stages=STAGES):
-            a_h = tl.load(ahi + a_off + k)
-            a_l = tl.load(alo + a_off + k)
-            w_h = tl.load(whi + w_off + k * N)
-            w_l = tl.load(wlo + w_off + k * N)
-            acc = tl.dot(a_l, w_h, acc)
-            acc = tl.dot(a_h, w_l, acc)
-            acc = tl.dot(a_h, w_h, acc)
-        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+    for t in range(tl.program_id(0) % half, (M // BM // 2) * ntn, half):
+        _mm3_tile(ahi, alo, whi, wlo, c, 2 * (t // ntn) + sub, t % ntn, N, K, BM, BN, BK, STAGES)
 
 
 @triton.jit
@@ -225,26 +221,8 @@ def _mm3_ptr_nest(ahi, alo, whi, wlo, c, M, N, K, NT,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
     """``_mm3_ptr`` with the three terms in three accumulators (the megakernel's ``gemm_loop: nested``)."""
     ntn = N // BN
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    rk = tl.arange(0, BK)
     for t in range(tl.program_id(0), NT, tl.num_programs(0)):
-        tm = t // ntn
-        tn = t % ntn
-        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
-        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
-        acc = tl.zeros([BM, BN], tl.float32)
-        acc1 = tl.zeros([BM, BN], tl.float32)
-        acc2 = tl.zeros([BM, BN], tl.float32)
-        for k in tl.range(0, K, BK, num_stages=STAGES):
-            a_h = tl.load(ahi + a_off + k)
-            a_l = tl.load(alo + a_off + k)
-            w_h = tl.load(whi + w_off + k * N)
-            w_l = tl.load(wlo + w_off + k * N)
-            acc1 = tl.dot(a_l, w_h, acc1)
-            acc2 = tl.dot(a_h, w_l, acc2)
-            acc = tl.dot(a_h, w_h, acc)
-        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc + (acc1 + acc2))
+        _mm3_tile(ahi, alo, whi, wlo, c, t // ntn, t % ntn, N, K, BM, BN, BK, STAGES, True)
 
 
 @triton.jit
