@@ -1,0 +1,97 @@
+"""What does one group barrier cost by itself? A GPU probe for docs/seqres.md (session 10).
+
+A kernel of ``2 x SMs`` programs in groups of R (the megakernel's co-residency: two programs per SM) runs NB
+flag barriers in a row (``tl_helpers.group_barrier``, the megakernel's ``_sync``), optionally after storing a
+[64, STORE_N] fp32 tile per program before each barrier (so the release has stores to publish, as after a
+GEMM phase's epilogue). Time per barrier = (kernel time with NB barriers - with 0) / NB, from CUDA events
+around a CUDA-graph replay. No work between barriers: the floor a phase boundary costs when every program of
+the group arrives at once, to compare with the waits of the phase profiles.
+
+    python -m kernels.seqres.barrier_probe [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common.tl_helpers import group_barrier
+
+
+@triton.jit
+def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB, R: tl.constexpr, BLOCK_R: tl.constexpr,
+                  MODE: tl.constexpr, STORE_N: tl.constexpr):
+    pid = tl.program_id(0)
+    group = pid // R
+    rank = pid % R
+    flags = flags_ptr + group * BLOCK_R
+    offs = tl.arange(0, 64)[:, None] * STORE_N + tl.arange(0, STORE_N)[None, :]
+    for i in range(0, NB):
+        if STORE_N > 0:
+            tl.store(out_ptr + pid.to(tl.int64) * (64 * STORE_N) + offs, (i + offs).to(tl.float32))
+        if MODE > 0:
+            group_barrier(flags, rank, epoch + 1 + i, err_ptr, 2**31 - 1, R, BLOCK_R, MODE)
+        else:
+            tl.debug_barrier()
+
+
+def _time_us(fn, reps: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        fn()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3)
+    return sorted(out)[len(out) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--nb", type=int, default=2000)
+    args = ap.parse_args()
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = 2 * n_sm
+    rows = []
+    for mode, name in ((0, "cta only"), (2, "flags ld.acquire"), (1, "flags atomic"), (3, "counter")):
+        for R in ((1,) if mode == 0 else (2, 4, 8, 16)):
+            for store_n in (0, 128):
+                block_r = triton.next_power_of_2(R)
+                out = torch.empty(grid * 64 * max(store_n, 1), device="cuda")
+                err = torch.zeros(1, dtype=torch.int32, device="cuda")
+                state = {"epoch": 0}
+
+                def launch(nb):
+                    flags = torch.zeros(grid // R, block_r, dtype=torch.int32, device="cuda")
+                    _barrier_loop[(grid // R * R,)](flags, err, out, state["epoch"], nb, R=R, BLOCK_R=block_r,
+                                                    MODE=mode, STORE_N=store_n, num_warps=4)
+
+                t0 = _time_us(lambda: launch(0))
+                t1 = _time_us(lambda: launch(args.nb))
+                assert int(err.item()) == 0, "a barrier timed out"
+                r = dict(barrier=name, R=R, store_n=store_n, us_per_barrier=(t1 - t0) / args.nb, grid=grid)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        Path(args.out, "barrier_probe.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
