@@ -29,9 +29,9 @@ def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB, R: tl.constexpr, BLOCK
     group = pid // R
     rank = pid % R
     flags = flags_ptr + group * BLOCK_R
-    offs = tl.arange(0, 64)[:, None] * STORE_N + tl.arange(0, STORE_N)[None, :]
     for i in range(0, NB):
         if STORE_N > 0:
+            offs = tl.arange(0, 64)[:, None] * STORE_N + tl.arange(0, STORE_N)[None, :]
             tl.store(out_ptr + pid.to(tl.int64) * (64 * STORE_N) + offs, (i + offs).to(tl.float32))
         if MODE > 0:
             group_barrier(flags, rank, epoch + 1 + i, err_ptr, 2**31 - 1, R, BLOCK_R, MODE)
