@@ -112,3 +112,19 @@ def test_ca_hook_rewrites_every_async_copy():
     assert p.returncode == 0, p.stderr[-3000:]
     ca, cg, cubin = map(int, p.stdout.split())
     assert ca > 0 and cg == 0 and cubin > 0, p.stdout
+
+
+def test_barrier_probe_kernel_runs_its_barriers_in_the_interpreter():
+    """barrier_probe's loop (one program per group, so valid when programs run one after another): every
+    barrier publishes its target on the program's flag, and the last store is the last iteration's."""
+    from kernels.seqres.barrier_probe import _barrier_loop
+    # flags and counter, polled with atomics (the interpreter's forms); a counter starts at epoch x R
+    for mode, epoch, want in ((1, 5, 9), (4, 0, 4)):
+        flags = torch.full((3, 1), epoch, dtype=torch.int32)
+        err = torch.zeros(1, dtype=torch.int32)
+        out = torch.zeros(3 * 64 * 16)
+        _barrier_loop[(3,)](flags, err, out, epoch, 4, R=1, BLOCK_R=1, MODE=mode, STORE_N=16)
+        assert int(err.item()) == 0
+        assert flags[:, 0].tolist() == [want] * 3  # targets epoch+1 .. epoch+4 (flags) / one add per barrier
+        tile = out.view(3, 64, 16)
+        assert torch.equal(tile[1], 3 + torch.arange(64 * 16, dtype=torch.float32).view(64, 16))

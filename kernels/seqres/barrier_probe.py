@@ -23,7 +23,7 @@ from ..common.tl_helpers import group_barrier
 
 
 @triton.jit
-def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB, R: tl.constexpr, BLOCK_R: tl.constexpr,
+def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr,
                   MODE: tl.constexpr, STORE_N: tl.constexpr):
     pid = tl.program_id(0)
     group = pid // R
