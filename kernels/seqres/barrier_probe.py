@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ..common.tl_helpers import group_barrier
+from .gemm_probe import _time_ms
 
 
 @triton.jit
@@ -37,28 +38,6 @@ def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB: tl.constexpr, R: tl.co
             group_barrier(flags, rank, epoch + 1 + i, err_ptr, 2**31 - 1, R, BLOCK_R, MODE)
         else:
             tl.debug_barrier()
-
-
-def _time_us(fn, reps: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        fn()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return sorted(out)[len(out) // 2]
 
 
 def main():
@@ -82,8 +61,8 @@ def main():
                     _barrier_loop[(grid // R * R,)](flags, err, out, state["epoch"], nb, R=R, BLOCK_R=block_r,
                                                     MODE=mode, STORE_N=store_n, num_warps=4)
 
-                t0 = _time_us(lambda: launch(0))
-                t1 = _time_us(lambda: launch(args.nb))
+                t0 = 1e3 * _time_ms(lambda: launch(0), n=1)
+                t1 = 1e3 * _time_ms(lambda: launch(args.nb), n=1)
                 assert int(err.item()) == 0, "a barrier timed out"
                 r = dict(barrier=name, R=R, store_n=store_n, us_per_barrier=(t1 - t0) / args.nb, grid=grid)
                 rows.append(r)

@@ -104,15 +104,24 @@ CONFIGS = (
 
 
 @triton.jit
+def _tile_offsets(tm, tn, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Offsets of K step 0 of output tile (tm, tn): A [BM, BK] (row-major [M, K]) and W [BK, BN] (row-major [K, N])."""
+    a_off = (tm * BM + tl.arange(0, BM))[:, None] * K + tl.arange(0, BK)[None, :]
+    w_off = tl.arange(0, BK)[:, None] * N + (tn * BN + tl.arange(0, BN))[None, :]
+    return a_off, w_off
+
+
+@triton.jit
+def _tile_store(c, tm, tn, N, acc, BM: tl.constexpr, BN: tl.constexpr):
+    tl.store(c + (tm * BM + tl.arange(0, BM))[:, None] * N + (tn * BN + tl.arange(0, BN))[None, :], acc)
+
+
+@triton.jit
 def _mm3_tile(ahi, alo, whi, wlo, c, tm, tn, N, K,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, NEST: tl.constexpr = False):
     """Output tile (tm, tn) of the presplit bf16x3 product: the K loop of the ``ptr`` form, one accumulator
     (NEST: the three terms in three accumulators, summed at the end, as the megakernel's ``gemm_loop: nested``)."""
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
-    w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+    a_off, w_off = _tile_offsets(tm, tn, N, K, BM, BN, BK)
     acc = tl.zeros([BM, BN], tl.float32)
     acc1 = tl.zeros([BM, BN], tl.float32)
     acc2 = tl.zeros([BM, BN], tl.float32)
@@ -130,7 +139,7 @@ def _mm3_tile(ahi, alo, whi, wlo, c, tm, tn, N, K,
         acc = tl.dot(a_h, w_h, acc)
     if NEST:
         acc = acc + (acc1 + acc2)
-    tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+    _tile_store(c, tm, tn, N, acc, BM, BN)
 
 
 @triton.jit
@@ -202,18 +211,14 @@ def _mm1_ptr(a, w, c, M, N, K, NT,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
     """c = a @ w with one dot per K step (the k3 form: a, w are the tripled-K operands, K = 3 x the model's)."""
     ntn = N // BN
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    rk = tl.arange(0, BK)
     for t in range(tl.program_id(0), NT, tl.num_programs(0)):
         tm = t // ntn
         tn = t % ntn
-        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
-        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
+        a_off, w_off = _tile_offsets(tm, tn, N, K, BM, BN, BK)
         acc = tl.zeros([BM, BN], tl.float32)
         for k in tl.range(0, K, BK, num_stages=STAGES):
             acc = tl.dot(tl.load(a + a_off + k), tl.load(w + w_off + k * N), acc)
-        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc)
+        _tile_store(c, tm, tn, N, acc, BM, BN)
 
 
 @triton.jit
@@ -231,15 +236,11 @@ def _mm_f16f8_ptr(ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv_scale,
                   A8_REG: tl.constexpr):
     """c = a_hi·w_hi (fp16) + (a_lo8·w_hi8 + a_hi8·w_lo8) · inv_scale (fp8 e4m3, w8 stored [N, K])."""
     ntn = N // BN
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    rk = tl.arange(0, BK)
     for t in range(tl.program_id(0), NT, tl.num_programs(0)):
         tm = t // ntn
         tn = t % ntn
-        a_off = (tm * BM + rm)[:, None] * K + rk[None, :]
-        w_off = rk[:, None] * N + (tn * BN + rn)[None, :]
-        wt_off = (tn * BN + rn)[:, None] * K + rk[None, :]
+        a_off, w_off = _tile_offsets(tm, tn, N, K, BM, BN, BK)
+        wt_off = (tn * BN + tl.arange(0, BN))[:, None] * K + tl.arange(0, BK)[None, :]
         acc = tl.zeros([BM, BN], tl.float32)
         acc8 = tl.zeros([BM, BN], tl.float32)
         for k in tl.range(0, K, BK, num_stages=STAGES):
@@ -255,7 +256,7 @@ def _mm_f16f8_ptr(ah, al8, ah8, wh, wh8t, wl8t, c, M, N, K, NT, inv_scale,
             acc = tl.dot(a_h, w_h, acc)
             acc8 = tl.dot(a_l8, tl.trans(w_h8), acc8)
             acc8 = tl.dot(a_h8, tl.trans(w_l8), acc8)
-        tl.store(c + (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :], acc + acc8 * inv_scale)
+        _tile_store(c, tm, tn, N, acc + acc8 * inv_scale, BM, BN)
 
 
 def f16f8_operands(a: torch.Tensor, w: torch.Tensor):
