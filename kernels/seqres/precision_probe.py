@@ -12,7 +12,7 @@ Schemes (``a`` is the activation operand, ``w`` the weight / second operand):
   bf16_w1  a split into bf16 hi/lo, w rounded to bf16 once
   f16f8    a_hi·w_hi in fp16 (exact products) plus the two correction terms a_lo·w_hi + a_hi·w_lo in fp8
            e4m3 (both operands of each rounded to 4 significant bits after a power-of-two scale: a_lo by
-           2^11, the weight parts by the power of two that puts the tensor's max below 448 / 2^11 for w_lo):
+           2^11, the weight parts by the power of two that puts the weight tensor's max below 224):
            fp8 tensor cores run at twice the fp16 rate, so 2 units of MMA work instead of bf16x3's 3
   exact    no rounding (checks the emulation itself)
 
