@@ -641,8 +641,16 @@ def test_tune_is_validated_and_skipped_off_gpu():
 def test_check_gpu_sweep_entries_use_known_parameters():
     """Every ``check_gpu`` SWEEP entry overrides parameters that ``prepare`` knows (an option removed after its
     measurement must take its sweep entries with it, or the GPU sweep fails on them one by one)."""
-    from kernels.seqres.check_gpu import SWEEP
+    from kernels.seqres.check_gpu import PUBLISHED, SWEEP, _resolve
     from kernels.seqres.host import DEFAULTS
-    bad = {name: sorted(set(over) - set(DEFAULTS)) for name, over in SWEEP.items() if set(over) - set(DEFAULTS)}
+    bad = {}
+    for n in PUBLISHED:
+        case = load_case(n)
+        for name, over in SWEEP.items():
+            extra = set(_resolve(over, case, DEFAULTS)) - set(DEFAULTS)
+            if extra:
+                bad[(n, name)] = sorted(extra)
     assert not bad, bad
     assert "untuned" in SWEEP and SWEEP["untuned"] == {}
+    assert sorted(PUBLISHED) == [1, 5, 6, 7, 9, 10, 11]
+    assert _resolve(SWEEP["pub_bst"], load_case(5), DEFAULTS)["seqs_per_program"] == 2

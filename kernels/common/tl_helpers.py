@@ -148,6 +148,29 @@ def ld_acquire(ptrs):
 
 
 @triton.jit
+def st_release(ptrs, vals):
+    """``st.release.gpu`` of int32 ``vals`` (GPU only: inline PTX): publishes without a read-modify-write, so no
+    reply from L2 is awaited before the polls start. Returns zeros (inline PTX needs an output)."""
+    return tl.inline_asm_elementwise("st.release.gpu.global.b32 [$1], $2;\n\tmov.b32 $0, 0;", "=r,l,r",
+                                     [ptrs, vals], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def ld_relaxed(ptrs):
+    """``ld.relaxed.gpu`` of int32 values (GPU only): a poll without acquire semantics; the caller ends the spin
+    with ``fence_acq_rel`` (relaxed load + fence is an acquire pattern in the PTX memory model)."""
+    return tl.inline_asm_elementwise("ld.relaxed.gpu.global.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def fence_acq_rel(x):
+    """``fence.acq_rel.gpu``, passing ``x`` through (GPU only; the value ties the fence into the data flow)."""
+    return tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
 def _poll(ptrs, mask, LD: tl.constexpr):
     """Acquire-read ``ptrs`` where ``mask``: ld.acquire (LD) or an atomic add of 0 (the interpreter's way)."""
     if LD:
@@ -183,6 +206,28 @@ def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr,
             seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
             tries += 1
         if seen < goal:
+            tl.atomic_xchg(err_ptr, target)
+    elif MODE >= 5:
+        one = tl.arange(0, 1)
+        st_release(flags_ptr + rank + one, tl.zeros((1,), tl.int32) + target)
+        offs = tl.arange(0, BLOCK_R)
+        mask = offs < R
+        if MODE == 5:
+            v = ld_acquire(flags_ptr + offs)
+        else:
+            v = ld_relaxed(flags_ptr + offs)
+        seen = tl.min(tl.where(mask, v, target), axis=0)
+        tries = 0
+        while (seen < target) & (tries < spin_limit):
+            if MODE == 5:
+                v = ld_acquire(flags_ptr + offs)
+            else:
+                v = ld_relaxed(flags_ptr + offs)
+            seen = tl.min(tl.where(mask, v, target), axis=0)
+            tries += 1
+        if MODE == 6:
+            seen = tl.min(tl.where(mask, fence_acq_rel(v), target), axis=0)
+        if seen < target:
             tl.atomic_xchg(err_ptr, target)
     else:
         tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")

@@ -40,15 +40,22 @@ def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB: tl.constexpr, R: tl.co
             tl.debug_barrier()
 
 
+MODES = {0: "cta only", 2: "flags ld.acquire", 1: "flags atomic", 3: "counter",
+         5: "flags st.release + ld.acquire", 6: "flags st.release + ld.relaxed + fence"}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--nb", type=int, default=2000)
+    ap.add_argument("--modes", type=int, nargs="+", default=sorted(MODES),
+                    help="group_barrier MODEs to time (0: CTA barrier only)")
     args = ap.parse_args()
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
     grid = 2 * n_sm
     rows = []
-    for mode, name in ((0, "cta only"), (2, "flags ld.acquire"), (1, "flags atomic"), (3, "counter")):
+    for mode in args.modes:
+        name = MODES[mode]
         for R in ((1,) if mode == 0 else (2, 4, 8, 16)):
             for store_n in (0, 128):
                 block_r = triton.next_power_of_2(R)

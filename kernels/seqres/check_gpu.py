@@ -236,7 +236,17 @@ SWEEP = {
     # nest_n64_ais1, ...) and qkv_loop (128-wide QKV tiles on one accumulator; entries *_qf128) were measured at
     # 008c1a4 and 766e96a and removed with their parameters (docs/seqres.md, session 10)
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
+    # each case's published choice (the tune candidate all three pipeline jobs chose at b5adc3b), with the
+    # default barrier and the two st.release barriers (session 11)
+    "pub": dict(published=True),
+    "pub_bst": dict(published=True, barrier="flags_st"),
+    "pub_brl": dict(published=True, barrier="flags_relaxed"),
 }
+
+_NEST64 = dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64)
+PUBLISHED = {1: {}, 5: dict(_NEST64, seqs_per_program=2), 6: dict(_NEST64, seqs_per_program=4),
+             7: dict(gemm_loop="nested", block_n=64, block_n_wide=64), 9: {}, 10: dict(_NEST64, ln_local="qkv"),
+             11: dict(_NEST64, attn_fill=False)}
 
 
 def _resolve(over: dict, case, base: dict) -> dict:
@@ -244,6 +254,8 @@ def _resolve(over: dict, case, base: dict) -> dict:
     is one configuration) unless the entry names ``tune``, then its overrides."""
     if over.get("fast_layers") == -1:  # every layer (and attention) in plain tf32
         over = dict(over, fast_layers=case.L, prec_attn="tf32")
+    if over.get("published"):
+        over = {**PUBLISHED[case.number], **{k: v for k, v in over.items() if k != "published"}}
     return {**base, "tune": [], **over}
 
 

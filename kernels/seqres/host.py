@@ -144,17 +144,19 @@ def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     return (-(-M // BM) * -(-D // BN)) % R != 0
 
 
-_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3}
+_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3, "flags_st": 5, "flags_relaxed": 6}
 
 
 def _barrier_mode(name: str, interpret: bool) -> int:
     """group_barrier's MODE for ``barrier``: 1 flags polled with atomics, 2 flags polled with ld.acquire, 3 one
-    counter polled with ld.acquire; the interpreter has no inline PTX, so it polls with atomics (2 -> 1, 3 -> 4)."""
+    counter polled with ld.acquire, 5 flags published with st.release and polled with ld.acquire, 6 the same
+    polled with ld.relaxed and a fence after the spin; the interpreter has no inline PTX, so it publishes and
+    polls with atomics (2, 5, 6 -> 1; 3 -> 4)."""
     if name not in _BARRIERS:
         raise ValueError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
     mode = _BARRIERS[name]
     if interpret:
-        mode = {2: 1, 3: 4}.get(mode, mode)
+        mode = {2: 1, 3: 4, 5: 1, 6: 1}.get(mode, mode)
     return mode
 
 
