@@ -128,3 +128,21 @@ def test_barrier_probe_kernel_runs_its_barriers_in_the_interpreter():
         assert flags[:, 0].tolist() == [want] * 3  # targets epoch+1 .. epoch+4 (flags) / one add per barrier
         tile = out.view(3, 64, 16)
         assert torch.equal(tile[1], 3 + torch.arange(64 * 16, dtype=torch.float32).view(64, 16))
+
+
+def test_st_release_barrier_forms_assemble():
+    """group_barrier MODE 5 and 6 (``barrier: flags_st | flags_relaxed``, GPU only) publish with st.release and
+    poll with ld.acquire, or ld.relaxed and one fence after the spin: their PTX must assemble for sm_90a."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from kernels.seqres.barrier_probe import aot_barrier\n"
+            "for m in (5, 6):\n"
+            "    p = aot_barrier(m).asm['ptx']\n"
+            "    print(m, p.count('st.release.gpu'), p.count('ld.acquire.gpu'), p.count('ld.relaxed.gpu'),"
+            " p.count('fence.acq_rel.gpu'), p.count('atom.'))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {int(r.split()[0]): list(map(int, r.split()[1:])) for r in p.stdout.strip().splitlines()}
+    st5, acq5, rlx5, fence5, _ = rows[5]
+    st6, acq6, rlx6, fence6, _ = rows[6]
+    assert st5 > 0 and acq5 > 0 and rlx5 == 0 and fence5 == 0, rows
+    assert st6 > 0 and acq6 == 0 and rlx6 > 0 and fence6 > 0, rows

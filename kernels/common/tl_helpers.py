@@ -196,18 +196,7 @@ def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr,
     timeout the barrier writes ``target`` (the barrier it waited at) to ``err_ptr`` and goes on, so a
     broken schedule reports instead of hanging."""
     tl.debug_barrier()
-    if MODE >= 3:
-        tl.atomic_add(flags_ptr, 1, sem="release", scope="gpu")
-        goal = target * R
-        one = tl.arange(0, 1)
-        seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
-        tries = 0
-        while (seen < goal) & (tries < spin_limit):
-            seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
-            tries += 1
-        if seen < goal:
-            tl.atomic_xchg(err_ptr, target)
-    elif MODE >= 5:
+    if MODE >= 5:
         one = tl.arange(0, 1)
         st_release(flags_ptr + rank + one, tl.zeros((1,), tl.int32) + target)
         offs = tl.arange(0, BLOCK_R)
@@ -228,6 +217,17 @@ def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr,
         if MODE == 6:
             seen = tl.min(tl.where(mask, fence_acq_rel(v), target), axis=0)
         if seen < target:
+            tl.atomic_xchg(err_ptr, target)
+    elif MODE >= 3:
+        tl.atomic_add(flags_ptr, 1, sem="release", scope="gpu")
+        goal = target * R
+        one = tl.arange(0, 1)
+        seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
+        tries = 0
+        while (seen < goal) & (tries < spin_limit):
+            seen = tl.min(_poll(flags_ptr + one, one < 1, MODE == 3), axis=0)
+            tries += 1
+        if seen < goal:
             tl.atomic_xchg(err_ptr, target)
     else:
         tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")

@@ -40,6 +40,19 @@ def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB: tl.constexpr, R: tl.co
             tl.debug_barrier()
 
 
+def aot_barrier(mode: int, R: int = 4):
+    """Compile ``_barrier_loop`` for sm_90a without a GPU (tests: the inline-PTX barrier forms assemble with the
+    installed Triton). Returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    names = list(_barrier_loop.arg_names)
+    sig = dict(flags_ptr="*i32", err_ptr="*i32", out_ptr="*fp32", epoch="i32", NB="constexpr", R="constexpr",
+               BLOCK_R="constexpr", MODE="constexpr", STORE_N="constexpr")
+    cex = dict(NB=4, R=R, BLOCK_R=triton.next_power_of_2(R), MODE=mode, STORE_N=0)
+    src = ASTSource(_barrier_loop, sig, constexprs={(names.index(k),): v for k, v in cex.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
 MODES = {0: "cta only", 2: "flags ld.acquire", 1: "flags atomic", 3: "counter",
          5: "flags st.release + ld.acquire", 6: "flags st.release + ld.relaxed + fence"}
 
