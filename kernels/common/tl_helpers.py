@@ -149,10 +149,13 @@ def ld_acquire(ptrs):
 
 @triton.jit
 def st_release(ptrs, vals):
-    """``st.release.gpu`` of int32 ``vals`` (GPU only: inline PTX): publishes without a read-modify-write, so no
-    reply from L2 is awaited before the polls start. Returns zeros (inline PTX needs an output)."""
-    return tl.inline_asm_elementwise("st.release.gpu.global.b32 [$1], $2;\n\tmov.b32 $0, 0;", "=r,l,r",
-                                     [ptrs, vals], dtype=tl.int32, is_pure=False, pack=1)
+    """``st.release.gpu`` of int32 ``vals`` by thread 0 of the CTA only (GPU only: inline PTX; after a CTA barrier,
+    as Triton issues its scalar atomics): publishes without a read-modify-write, so no reply from L2 is awaited
+    before the polls start. Returns zeros (inline PTX needs an output)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;\n\t"
+        "@p st.release.gpu.global.b32 [$1], $2; }\n\tmov.b32 $0, 0;",
+        "=r,l,r", [ptrs, vals], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -165,9 +168,12 @@ def ld_relaxed(ptrs):
 
 @triton.jit
 def fence_acq_rel(x):
-    """``fence.acq_rel.gpu``, passing ``x`` through (GPU only; the value ties the fence into the data flow)."""
-    return tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
-                                     is_pure=False, pack=1)
+    """``fence.acq_rel.gpu`` by thread 0 of the CTA, passing ``x`` through (GPU only; the value ties the fence into
+    the data flow; the CTA barrier that follows orders the other threads behind it)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;\n\t"
+        "@p fence.acq_rel.gpu; }\n\tmov.b32 $0, $1;",
+        "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -53,7 +53,7 @@ def aot_barrier(mode: int, R: int = 4):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
-MODES = {0: "cta only", 2: "flags ld.acquire", 1: "flags atomic", 3: "counter",
+MODES = {0: "cta only", 2: "flags ld.acquire", 1: "flags atomic", 3: "counter", 4: "counter atomic polls",
          5: "flags st.release + ld.acquire", 6: "flags st.release + ld.relaxed + fence"}
 
 
