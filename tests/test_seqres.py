@@ -108,6 +108,41 @@ def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
 
+def dsplit_case(causal: bool) -> Case:
+    """dh = 24: a head tile of 32 columns, so attn_dsplit=2 gives a full slice and a masked one."""
+    return Case(name="dsplit", number=997, family="seqres", B=2, S=12, D=48, H=2, L=2, causal=causal,
+                weight_seed=997)
+
+
+@needs_backend
+@pytest.mark.parametrize("params", [
+    dict(attn_dsplit=2, gemm_loop="flat", block_n=16, block_n_wide=16),
+    dict(attn_dsplit=2, gemm_loop="flat", attn_presplit=False, block_n=16, block_n_wide=16),
+    dict(attn_dsplit=2, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=16, block_n_wide=16,
+         block_n2=16, block_q=16, block_kv=16, flag_barrier=True, spin_limit=10),
+], ids=["store", "store-unsplit-qkv", "attn-oproj-ffn-fused"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_attention_value_slices_pass_gate(params, causal):
+    """attn_dsplit: each (sequence, head, query block) as two tiles over halves of the value columns (stored, or
+    added through their share of the output projection)."""
+    _check(dsplit_case(causal), params, (1e-2, 1e2), (0,))
+
+
+def test_attention_value_slices_are_validated():
+    c = dsplit_case(True)
+    meta, _, _ = prepare_meta(c, 132, attn_dsplit=2)
+    assert meta["ADS"] == 2 and meta["BDH"] == 32
+    for bad in (3, 4):  # 3 is not a power of two; 32 / 4 = 8 columns is below a dot's 16
+        with pytest.raises(ValueError, match="attn_dsplit"):
+            prepare_meta(c, 132, attn_dsplit=bad)
+    with pytest.raises(ValueError, match="attn_dsplit"):
+        prepare_meta(c, 132, attn_dsplit=2, attn_oproj=True, ffn_fused=True, ln_fold=True)
+    with pytest.raises(ValueError, match="attn_dsplit"):
+        prepare_meta(c, 132, attn_dsplit=2, gemm_loop="tiled", presplit_rows=3)
+    # attn_fill counts the slices: 2 heads x 1 query block x 2 slices fill 4 programs without halving block_q
+    assert prepare_meta(c, 132, attn_dsplit=2, split=4, block_q=16)[0]["BQ"] == 16
+
+
 @needs_backend
 @pytest.mark.parametrize("name", ["smoke2", "smoke3"])
 def test_other_smoke_shapes_pass_gate(name):

@@ -241,6 +241,10 @@ SWEEP = {
     "pub": dict(published=True),
     "pub_bst": dict(published=True, barrier="flags_st"),
     "pub_brl": dict(published=True, barrier="flags_relaxed"),
+    # attention tiles cut into value slices (attn_dsplit, session 11)
+    "pub_ds2": dict(published=True, attn_dsplit=2),
+    "pub_ds2_nofill": dict(published=True, attn_dsplit=2, attn_fill=False),
+    "ao_nest_ds2": dict(attn_oproj=True, gemm_loop="nested", block_n=64, block_n_wide=64, attn_dsplit=2),
 }
 
 _NEST64 = dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64)

@@ -231,8 +231,14 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     M = G * S
     dh = case.dh
     bm = _block(o["block_m"], M)
+    bdh = _block(dh, dh)
+    ads = o["attn_dsplit"]
+    if ads not in (1, 2, 4) or bdh // ads < 16:
+        raise ValueError(f"seqres: attn_dsplit={ads!r}: 1, 2 or 4, with head dim {dh} (tile {bdh}) / attn_dsplit >= 16")
+    if ads > 1 and not flat:
+        raise ValueError("seqres: attn_dsplit > 1 needs gemm_loop=flat or nested")
     bq = _block(o["block_q"], S)
-    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
+    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) * ads < R:  # every program gets an attention tile
         bq //= 2
     bk = _block(o["block_k"], D)
     if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
@@ -252,6 +258,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if o["ln_fold"] not in (True, False):
         raise ValueError(f"seqres: ln_fold={o['ln_fold']!r}: true or false")
     lnf = bool(o["ln_fold"])
+    if lnf and ads > 1:
+        raise ValueError("seqres: ln_fold=true counts H attention tiles per query block: set attn_dsplit=1")
     if lnf and not (ao and ff):
         raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
                          "do the LayerNorms)")
@@ -270,7 +278,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=_barrier_mode(o["barrier"], interpret) if (R > 1 or o["flag_barrier"]) else 0,
         BM=bm, BN=bn, BK=bk,
-        BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
+        BQ=bq, BKV=_block(o["block_kv"], S), BDH=bdh, ADS=ads,
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
         # .cg (L2) loads where other programs wrote the data, or where this program's atomics did (the fusions)
         CM=".cg" if R > 1 or ff or ao else "",
