@@ -108,41 +108,6 @@ def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
 
-def dsplit_case(causal: bool) -> Case:
-    """dh = 24: a head tile of 32 columns, so attn_dsplit=2 gives a full slice and a masked one."""
-    return Case(name="dsplit", number=997, family="seqres", B=2, S=12, D=48, H=2, L=2, causal=causal,
-                weight_seed=997)
-
-
-@needs_backend
-@pytest.mark.parametrize("params", [
-    dict(attn_dsplit=2, gemm_loop="flat", block_n=16, block_n_wide=16),
-    dict(attn_dsplit=2, gemm_loop="flat", attn_presplit=False, block_n=16, block_n_wide=16),
-    dict(attn_dsplit=2, attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=16, block_n_wide=16,
-         block_n2=16, block_q=16, block_kv=16, flag_barrier=True, spin_limit=10),
-], ids=["store", "store-unsplit-qkv", "attn-oproj-ffn-fused"])
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_attention_value_slices_pass_gate(params, causal):
-    """attn_dsplit: each (sequence, head, query block) as two tiles over halves of the value columns (stored, or
-    added through their share of the output projection)."""
-    _check(dsplit_case(causal), params, (1e-2, 1e2), (0,))
-
-
-def test_attention_value_slices_are_validated():
-    c = dsplit_case(True)
-    meta, _, _ = prepare_meta(c, 132, attn_dsplit=2)
-    assert meta["ADS"] == 2 and meta["BDH"] == 32
-    for bad in (3, 4):  # 3 is not a power of two; 32 / 4 = 8 columns is below a dot's 16
-        with pytest.raises(ValueError, match="attn_dsplit"):
-            prepare_meta(c, 132, attn_dsplit=bad)
-    with pytest.raises(ValueError, match="attn_dsplit"):
-        prepare_meta(c, 132, attn_dsplit=2, attn_oproj=True, ffn_fused=True, ln_fold=True)
-    with pytest.raises(ValueError, match="attn_dsplit"):
-        prepare_meta(c, 132, attn_dsplit=2, gemm_loop="tiled", presplit_rows=3)
-    # attn_fill counts the slices: 2 heads x 1 query block x 2 slices fill 4 programs without halving block_q
-    assert prepare_meta(c, 132, attn_dsplit=2, split=4, block_q=16)[0]["BQ"] == 16
-
-
 @needs_backend
 @pytest.mark.parametrize("name", ["smoke2", "smoke3"])
 def test_other_smoke_shapes_pass_gate(name):
@@ -183,7 +148,7 @@ def test_flag_epochs_match_barrier_count():
     w = make_weights(c, device=dev)
     v = get_variant("seqres")
     assert v.prepare(c, w, gemm_loop="tiled", presplit_rows=3).barriers_per_launch == 1 + 5 * c.L
-    for barrier in ("flags", "counter", "flags_st"):  # (one program per group: the counter also ends at the epoch)
+    for barrier in ("flags", "counter"):  # (one program per group here: the counter also ends at the epoch)
         p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10, barrier=barrier)
         x = make_input(c, 1.0, 0, device=dev)
         for n in (1, 2):
@@ -676,10 +641,10 @@ def test_tune_is_validated_and_skipped_off_gpu():
 def test_check_gpu_sweep_entries_use_known_parameters():
     """Every ``check_gpu`` SWEEP entry overrides parameters that ``prepare`` knows (an option removed after its
     measurement must take its sweep entries with it, or the GPU sweep fails on them one by one)."""
-    from kernels.seqres.check_gpu import PUBLISHED, SWEEP, _resolve
+    from kernels.seqres.check_gpu import SWEEP, _resolve
     from kernels.seqres.host import DEFAULTS
     bad = {}
-    for n in PUBLISHED:
+    for n in (1, 5, 6, 7, 9, 10, 11):  # the "pub" entries take each case's published choice
         case = load_case(n)
         for name, over in SWEEP.items():
             extra = set(_resolve(over, case, DEFAULTS)) - set(DEFAULTS)
@@ -687,5 +652,5 @@ def test_check_gpu_sweep_entries_use_known_parameters():
                 bad[(n, name)] = sorted(extra)
     assert not bad, bad
     assert "untuned" in SWEEP and SWEEP["untuned"] == {}
-    assert sorted(PUBLISHED) == [1, 5, 6, 7, 9, 10, 11]
-    assert _resolve(SWEEP["pub_bst"], load_case(5), DEFAULTS)["seqs_per_program"] == 2
+    pub5 = _resolve(SWEEP["pub"], load_case(5), DEFAULTS)
+    assert pub5["tune"] == [] and pub5["attn_oproj"] is True  # case 5's published choice, untuned

@@ -236,21 +236,26 @@ SWEEP = {
     # nest_n64_ais1, ...) and qkv_loop (128-wide QKV tiles on one accumulator; entries *_qf128) were measured at
     # 008c1a4 and 766e96a and removed with their parameters (docs/seqres.md, session 10)
     "tf32_speed_only": dict(fast_layers=-1),  # all GEMMs tf32: expected to fail the gate
-    # each case's published choice (the tune candidate all three pipeline jobs chose at b5adc3b), with the
-    # default barrier and the two st.release barriers (session 11)
+    # each case's published choice: the tune candidate in the committed report's timing JSON (published_choice).
+    # Measured against it and removed (docs/seqres.md, session 11): pub_bst / pub_brl (barrier: flags_st /
+    # flags_relaxed, the st.release barriers, at 2ec62e7), pub_ds2, pub_ds2_nofill, ao_nest_ds2 (attn_dsplit, at
+    # 8bc70c4)
     "pub": dict(published=True),
-    "pub_bst": dict(published=True, barrier="flags_st"),
-    "pub_brl": dict(published=True, barrier="flags_relaxed"),
-    # attention tiles cut into value slices (attn_dsplit, session 11)
-    "pub_ds2": dict(published=True, attn_dsplit=2),
-    "pub_ds2_nofill": dict(published=True, attn_dsplit=2, attn_fill=False),
-    "ao_nest_ds2": dict(attn_oproj=True, gemm_loop="nested", block_n=64, block_n_wide=64, attn_dsplit=2),
+    "pub_bkv128": dict(published=True, block_kv=128),  # one 128-key block per attention tile (S >= 128)
+    "pub_bkv128_ast1": dict(published=True, block_kv=128, attn_stages=1),
 }
 
-_NEST64 = dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", block_n=64, block_n_wide=64)
-PUBLISHED = {1: {}, 5: dict(_NEST64, seqs_per_program=2), 6: dict(_NEST64, seqs_per_program=4),
-             7: dict(gemm_loop="nested", block_n=64, block_n_wide=64), 9: {}, 10: dict(_NEST64, ln_local="qkv"),
-             11: dict(_NEST64, attn_fill=False)}
+PUBLISHED_RUN = Path(__file__).resolve().parents[2] / "docs" / "results" / "h200" / "raw" / "timing" / "h200"
+
+
+def published_choice(case) -> dict:
+    """The tune candidate the published timing job of ``case`` chose (``prepare_info.tune.chosen_params`` in
+    docs/results/h200/raw/timing/h200/caseNN/auto.json; {} when it kept the defaults)."""
+    f = PUBLISHED_RUN / f"case{case.number:02d}" / "auto.json"
+    if not f.is_file():
+        raise ValueError(f"check_gpu: no published timing for {case.name} ({f}); the 'pub' entries need one")
+    tune = json.loads(f.read_text()).get("prepare_info", {}).get("tune", {})
+    return dict(tune.get("chosen_params", {}))
 
 
 def _resolve(over: dict, case, base: dict) -> dict:
@@ -259,7 +264,7 @@ def _resolve(over: dict, case, base: dict) -> dict:
     if over.get("fast_layers") == -1:  # every layer (and attention) in plain tf32
         over = dict(over, fast_layers=case.L, prec_attn="tf32")
     if over.get("published"):
-        over = {**PUBLISHED[case.number], **{k: v for k, v in over.items() if k != "published"}}
+        over = {**published_choice(case), **{k: v for k, v in over.items() if k != "published"}}
     return {**base, "tune": [], **over}
 
 

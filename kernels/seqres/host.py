@@ -144,19 +144,18 @@ def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     return (-(-M // BM) * -(-D // BN)) % R != 0
 
 
-_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3, "flags_st": 5, "flags_relaxed": 6}
+_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3}
 
 
 def _barrier_mode(name: str, interpret: bool) -> int:
     """group_barrier's MODE for ``barrier``: 1 flags polled with atomics, 2 flags polled with ld.acquire, 3 one
-    counter polled with ld.acquire, 5 flags published with st.release and polled with ld.acquire, 6 the same
-    polled with ld.relaxed and a fence after the spin; the interpreter has no inline PTX, so it publishes and
-    polls with atomics (2, 5, 6 -> 1; 3 -> 4)."""
+    counter polled with ld.acquire; the interpreter has no inline PTX, so it polls with atomics (2 -> 1, 3 -> 4).
+    (MODE 5 and 6, the st.release forms, are barrier_probe's only: measured slower, docs/seqres.md session 11.)"""
     if name not in _BARRIERS:
         raise ValueError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
     mode = _BARRIERS[name]
     if interpret:
-        mode = {2: 1, 3: 4, 5: 1, 6: 1}.get(mode, mode)
+        mode = {2: 1, 3: 4}.get(mode, mode)
     return mode
 
 
@@ -231,14 +230,8 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     M = G * S
     dh = case.dh
     bm = _block(o["block_m"], M)
-    bdh = _block(dh, dh)
-    ads = o["attn_dsplit"]
-    if ads not in (1, 2, 4) or bdh // ads < 16:
-        raise ValueError(f"seqres: attn_dsplit={ads!r}: 1, 2 or 4, with head dim {dh} (tile {bdh}) / attn_dsplit >= 16")
-    if ads > 1 and not flat:
-        raise ValueError("seqres: attn_dsplit > 1 needs gemm_loop=flat or nested")
     bq = _block(o["block_q"], S)
-    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) * ads < R:  # every program gets an attention tile
+    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
         bq //= 2
     bk = _block(o["block_k"], D)
     if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
@@ -258,8 +251,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if o["ln_fold"] not in (True, False):
         raise ValueError(f"seqres: ln_fold={o['ln_fold']!r}: true or false")
     lnf = bool(o["ln_fold"])
-    if lnf and ads > 1:
-        raise ValueError("seqres: ln_fold=true counts H attention tiles per query block: set attn_dsplit=1")
     if lnf and not (ao and ff):
         raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
                          "do the LayerNorms)")
@@ -278,7 +269,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=_barrier_mode(o["barrier"], interpret) if (R > 1 or o["flag_barrier"]) else 0,
         BM=bm, BN=bn, BK=bk,
-        BQ=bq, BKV=_block(o["block_kv"], S), BDH=bdh, ADS=ads,
+        BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
         # .cg (L2) loads where other programs wrote the data, or where this program's atomics did (the fusions)
         CM=".cg" if R > 1 or ff or ao else "",

@@ -310,7 +310,7 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, ADS: tl.constexpr = 1):
+                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
     """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
@@ -321,54 +321,43 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
     AO (``attn_oproj``): each tile also multiplies its output by its head's rows of Wo and adds the product into
     y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``).
     LNF (``ln_fold``, with AO): the last of the H tiles of a (sequence, query block) to finish normalises its
-    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``).
-    ADS (``attn_dsplit``): each (sequence, head, query block) is ADS tiles, one per BDH/ADS-wide slice of the
-    head's value columns: every part computes the whole q k^T and softmax, then p v and (AO) the output
-    projection for its slice only (with AO a K-split of the projection; the parts add into y)."""
+    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
-    NT: tl.constexpr = G * H * NQB * ADS
+    NT: tl.constexpr = G * H * NQB
     for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
         if CAUSAL:
             t = i * R + tl.where(i % 2 == 1, R - 1 - rank, rank)
         else:
             t = i * R + rank
-        tq = t // ADS  # the parts of one (sequence, head, query block) are adjacent items
         if NT % R == 0:
-            _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, tq // (H * NQB), (tq // NQB) % H, tq % NQB, qk_scale,
+            _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                             AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
-                            BM_LN, BD, t % ADS, ADS)
+                            BM_LN, BD)
         else:
             if t < NT:
-                _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, tq // (H * NQB), (tq // NQB) % H, tq % NQB,
+                _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
                                 qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
                                 AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
-                                lnb_ptr, BM_LN, BD, t % ADS, ADS)
+                                lnb_ptr, BM_LN, BD)
 
 
 @triton.jit
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
                      PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0, dv0=0,
-                     BDV: tl.constexpr = 0):
+                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0):
     """One key/value block of the online softmax: returns the updated (m_i, l_i, acc). K and V are both
-    loaded before the first dot (V's latency hides behind q k^T and the softmax). BDV > 0: only V's columns
-    dv0 .. dv0 + BDV of the head (acc is [*, BDV]); q k^T always spans the whole head."""
+    loaded before the first dot (V's latency hides behind q k^T and the softmax)."""
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
-    if BDV > 0:
-        offs_dv = dv0 + tl.arange(0, BDV)
-    else:
-        offs_dv = offs_d
-    mask_dv = offs_dv < DH
     offs_k = k0 + tl.arange(0, BKV)
     mask_k = offs_k < S
     LDQ: tl.constexpr = (3 + (QS != 0)) * D  # row stride of q|k|v: 4D when pre-split into the f_hi/f_lo rows
     k_offs = (base + offs_k)[None, :] * LDQ + D + hd * DH + offs_d[:, None]                    # [BDH, BKV]
     k_mask = mask_d[:, None] & mask_k[None, :]
-    v_offs = (base + offs_k)[:, None] * LDQ + 2 * D + hd * DH + offs_dv[None, :]               # [BKV, BDV]
-    v_mask = mask_k[:, None] & mask_dv[None, :]
+    v_offs = (base + offs_k)[:, None] * LDQ + 2 * D + hd * DH + offs_d[None, :]                # [BKV, BDH]
+    v_mask = mask_k[:, None] & mask_d[None, :]
     kt = tl.load(qkv_ptr + k_offs, mask=k_mask, other=0.0, cache_modifier=CM)
     v = tl.load(qkv_ptr + v_offs, mask=v_mask, other=0.0, cache_modifier=CM)
     if QS:
@@ -402,15 +391,9 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, part=0,
-                    ADS: tl.constexpr = 1):
-    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks; with ADS > 1,
-    the output columns of value slice ``part`` (of ADS) only."""
+                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
+    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
-    BDV: tl.constexpr = BDH // ADS
-    dv0 = part * BDV
-    offs_dv = dv0 + tl.arange(0, BDV)
-    mask_dv = offs_dv < DH
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     base = row0 + g * S
@@ -426,43 +409,40 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
         q_lo = q
     m_i = tl.full((BQ,), float("-inf"), tl.float32)
     l_i = tl.zeros((BQ,), tl.float32)
-    acc = tl.zeros((BQ, BDV), tl.float32)
+    acc = tl.zeros((BQ, BDH), tl.float32)
     # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
     # because the interpreter cannot loop to a runtime bound inside a device function)
     for j in tl.range(0, NKV, num_stages=AST if AST > 0 else None):
         if CAUSAL:
             if j * BKV < (qb + 1) * BQ:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
-                                                 dv0, BDV if ADS > 1 else 0)
+                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
         else:
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
-                                             dv0, BDV if ADS > 1 else 0)
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
     out = acc / l_i[:, None]
     if AO:
-        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDV, SPLIT_OUT,
-                         WROWS, BN2, dv0)
+        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
+                         WROWS, BN2)
         if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
             NQB: tl.constexpr = (S + BQ - 1) // BQ
             if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
                 _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
                          ".cg", SPLIT_OUT)
     else:
-        _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_dv[None, :],
-               mask_q[:, None] & mask_dv[None, :], out, SPLIT_OUT)
+        _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+               mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
 
 
 @triton.jit
 def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
                      D: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BDH: tl.constexpr,
-                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr, dv0=0):
-    """y[rows] += out @ Wo[hd*DH + dv0 : hd*DH + dv0 + BDH, :] (+ b_o for head 0's first slice) with atomics, in
-    BN2-wide column blocks: ``out`` [BQ, BDH] is head hd's attention output (its columns dv0.. when the head is
-    cut into value slices, ``attn_dsplit``), split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
+                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr):
+    """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0) with atomics, in BN2-wide column blocks:
+    ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
     interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
     o_hi, o_lo = split_bf16(out, SPLIT == 1)
-    offs_d = dv0 + tl.arange(0, BDH)
+    offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     w_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]   # [BDH, BN2], hi rows
     for n in range(0, (D + BN2 - 1) // BN2):
@@ -473,7 +453,7 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
         o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
-        o += tl.where((hd == 0) & (dv0 == 0), bias, 0.0)[None, :]
+        o += tl.where(hd == 0, bias, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
                       sem="relaxed", scope="gpu")
 
@@ -919,7 +899,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, LNL: tl.constexpr = 0, ADS: tl.constexpr = 1):
+                AO: tl.constexpr, LNL: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -953,10 +933,10 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
                          BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, ADS)
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
-                         BKV, BDH, CM, PRESPLIT, None, 0, AST, ADS=ADS)
+                         BKV, BDH, CM, PRESPLIT, None, 0, AST)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if not AO:  # (AO: the attention tiles added their output projection into y)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
@@ -1026,7 +1006,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr, ADS: tl.constexpr,
+    LNL: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1059,7 +1039,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, ADS)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
