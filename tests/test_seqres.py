@@ -654,3 +654,19 @@ def test_check_gpu_sweep_entries_use_known_parameters():
     assert "untuned" in SWEEP and SWEEP["untuned"] == {}
     pub5 = _resolve(SWEEP["pub"], load_case(5), DEFAULTS)
     assert pub5["tune"] == [] and pub5["attn_oproj"] is True  # case 5's published choice, untuned
+
+
+def test_shared_memory_overflow_halves_the_attention_tile_or_names_the_fix():
+    """A compile that needs more shared memory than a program may have (case 1 with block_kv=128 and pipelined
+    attention on the H200: 253952 > 232448 bytes) halves the attention tile with fit_smem, down to 16; past that,
+    or without fit_smem, the error names the parameters to lower."""
+    from triton.runtime.errors import OutOfResources
+    from kernels.seqres.host import smem_overflow_step
+    err = OutOfResources(253952, 232448, "shared memory")
+    assert smem_overflow_step(dict(BQ=64, BKV=128), True, err) == dict(block_q=32, block_kv=64)
+    assert smem_overflow_step(dict(BQ=16, BKV=32), True, err) == dict(block_q=16, block_kv=16)
+    for meta, fit in ((dict(BQ=16, BKV=16), True), (dict(BQ=64, BKV=128), False)):
+        with pytest.raises(Unsupported, match="253952 bytes of shared memory.*block_kv"):
+            smem_overflow_step(meta, fit, err)
+    with pytest.raises(Unsupported, match="registers"):
+        smem_overflow_step(dict(BQ=64, BKV=64), True, OutOfResources(300, 255, "registers"))

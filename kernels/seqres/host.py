@@ -438,12 +438,24 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
             spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
 
     p = make(meta, launch_opts, info)
+    over = dict(params)
+    fit_smem = bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
+    for _ in range(8 if dev.type == "cuda" else 0):
+        # more shared memory than one program may have (e.g. block_kv=128 with pipelined attention on case 1):
+        # halve the attention tile (fit_smem) or say which parameters to lower
+        try:
+            compile_only(p)
+            break
+        except OutOfResources as e:
+            fit = smem_overflow_step(p.meta, fit_smem, e)
+            over.update(fit)
+            meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, cps), **over)
+            info["smem_fit"] = dict(fit, shared_before=e.required, shared_limit=e.limit)
+            p = make(meta, launch_opts, info)
     if dev.type == "cuda" and cps > 1 and meta["R"] > 1:
         # more than one program per SM: prove co-residency from the compiled kernel's occupancy. When shared
         # memory alone keeps the programs off the SM (fit_smem), halve the attention tile and recompile;
         # otherwise shrink the split until the grid fits the proven slots (R changes the binary: recheck)
-        over = dict(params)
-        fit_smem = bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
         for _ in range(8):
             k = compile_only(p)
             occ = occupancy(k, launch_opts["num_warps"], dev)
@@ -505,6 +517,19 @@ def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int
     if ctas_per_sm_limit(n_regs, shared, num_warps) >= cps or max(meta["BQ"], meta["BKV"]) <= 16:
         return None
     return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
+
+
+def smem_overflow_step(meta: dict, fit_smem: bool, err: OutOfResources) -> dict:
+    """The attention tile halved (block_q, block_kv >= 16) after a compile that needed more shared memory than a
+    program may have (``err``), when ``fit_smem`` allows it; otherwise raises Unsupported naming the parameters
+    that set the shared memory."""
+    if err.name == "shared memory" and fit_smem and max(meta["BQ"], meta["BKV"]) > 16:
+        return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
+    if err.name != "shared memory":
+        raise Unsupported(f"seqres: the compiled kernel is out of {err.name} ({err.required} > {err.limit})") from err
+    raise Unsupported(f"seqres: the kernel needs {err.required} bytes of shared memory, a program may have "
+                      f"{err.limit}: lower block_kv / block_q / attn_stages (attention) or num_stages / block_n / "
+                      f"block_n_wide (GEMMs){'' if fit_smem else ', or set fit_smem=true'}") from err
 
 
 def _scratch_args(p: SeqresPrepared) -> tuple:
