@@ -514,7 +514,14 @@ def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int
     shared memory is not the limit or the tile is already at its floor."""
     if occ >= cps or ctas_per_sm_limit(n_regs, 0, num_warps) < cps:
         return None
-    if ctas_per_sm_limit(n_regs, shared, num_warps) >= cps or max(meta["BQ"], meta["BKV"]) <= 16:
+    if ctas_per_sm_limit(n_regs, shared, num_warps) >= cps:
+        return None
+    return _halved_attention_tile(meta)
+
+
+def _halved_attention_tile(meta: dict) -> dict | None:
+    """block_q and block_kv halved (>= 16), the shared memory lever of ``fit_smem``; None at the floor."""
+    if max(meta["BQ"], meta["BKV"]) <= 16:
         return None
     return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
 
@@ -523,8 +530,9 @@ def smem_overflow_step(meta: dict, fit_smem: bool, err: OutOfResources) -> dict:
     """The attention tile halved (block_q, block_kv >= 16) after a compile that needed more shared memory than a
     program may have (``err``), when ``fit_smem`` allows it; otherwise raises Unsupported naming the parameters
     that set the shared memory."""
-    if err.name == "shared memory" and fit_smem and max(meta["BQ"], meta["BKV"]) > 16:
-        return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
+    fit = _halved_attention_tile(meta) if fit_smem and err.name == "shared memory" else None
+    if fit:
+        return fit
     if err.name != "shared memory":
         raise Unsupported(f"seqres: the compiled kernel is out of {err.name} ({err.required} > {err.limit})") from err
     raise Unsupported(f"seqres: the kernel needs {err.required} bytes of shared memory, a program may have "
