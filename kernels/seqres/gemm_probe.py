@@ -39,6 +39,7 @@ of 5 replays.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 from pathlib import Path
@@ -144,10 +145,12 @@ def _mm3_tile(ahi, alo, whi, wlo, c, tm, tn, N, K,
 
 @triton.jit
 def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
-             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, NEST: tl.constexpr = False):
+    """Persistent loop over the output tiles (NEST: the ``ptr_nest`` form, three accumulators as the megakernel's
+    ``gemm_loop: nested``)."""
     ntn = N // BN
     for t in range(tl.program_id(0), NT, tl.num_programs(0)):
-        _mm3_tile(ahi, alo, whi, wlo, c, t // ntn, t % ntn, N, K, BM, BN, BK, STAGES)
+        _mm3_tile(ahi, alo, whi, wlo, c, t // ntn, t % ntn, N, K, BM, BN, BK, STAGES, NEST)
 
 
 @triton.jit
@@ -184,10 +187,21 @@ def ca_hook(backend, stages, options, language, capability):
                                                                            "cp.async.ca.shared.global")
 
 
+@contextlib.contextmanager
+def _ca_compiles():
+    """Every compile inside compiles afresh (no cached ``.cg`` binary is taken) under ``ca_hook``."""
+    from triton import knobs
+    old = knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile
+    knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = ca_hook, True
+    try:
+        yield
+    finally:
+        knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = old
+
+
 def aot_pair_ca(bm: int = 64, bn: int = 128, bk: int = 32, stages: int = 3):
     """Compile ``_mm3_pair_ca`` under ``ca_hook`` for sm_90a without a GPU (tests: the hook still works with the
     installed Triton and leaves the PTX assemblable). Returns the CompiledKernel."""
-    from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     fn = _mm3_pair_ca
@@ -198,12 +212,8 @@ def aot_pair_ca(bm: int = 64, bn: int = 128, bk: int = 32, stages: int = 3):
     cex = dict(BM=bm, BN=bn, BK=bk, STAGES=stages)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("ahi", "alo", "whi", "wlo", "c", "M", "N", "K")}
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
-    old = knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile
-    knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = ca_hook, True
-    try:
+    with _ca_compiles():
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-    finally:
-        knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = old
 
 
 @triton.jit
@@ -219,15 +229,6 @@ def _mm1_ptr(a, w, c, M, N, K, NT,
         for k in tl.range(0, K, BK, num_stages=STAGES):
             acc = tl.dot(tl.load(a + a_off + k), tl.load(w + w_off + k * N), acc)
         _tile_store(c, tm, tn, N, acc, BM, BN)
-
-
-@triton.jit
-def _mm3_ptr_nest(ahi, alo, whi, wlo, c, M, N, K, NT,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
-    """``_mm3_ptr`` with the three terms in three accumulators (the megakernel's ``gemm_loop: nested``)."""
-    ntn = N // BN
-    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
-        _mm3_tile(ahi, alo, whi, wlo, c, t // ntn, t % ntn, N, K, BM, BN, BK, STAGES, True)
 
 
 @triton.jit
@@ -409,24 +410,17 @@ def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_op
         fn = _mm3_pair_ca if form == "pair_ca" else _mm3_pair
         launch = lambda g: fn[(2 * n_sm,)](ahi, alo, whi, wlo, c, M, N, K, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                             STAGES=ns, num_warps=nw)
-        if form == "pair_ca":  # compile now, under the hook (always, so no cached .cg binary is taken)
-            from triton import knobs
-            knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = ca_hook, True
-            try:
+        if form == "pair_ca":  # compile now, under the hook
+            with _ca_compiles():
                 k = launch(n_sm * 2)
-            finally:
-                knobs.runtime.add_stages_inspection_hook, knobs.compilation.always_compile = None, False
             assert "cp.async.ca." in k.asm["ptx"] and "cp.async.cg." not in k.asm["ptx"]
     elif form == "k3":
         a3, w3 = extra_ops
         launch = lambda g: _mm1_ptr[(g,)](a3, w3, c, M, N, 3 * K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
                                           STAGES=ns, num_warps=nw)
-    elif form == "ptr_nest":
-        launch = lambda g: _mm3_ptr_nest[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
-                                               STAGES=ns, num_warps=nw)
-    elif form == "ptr":
+    elif form in ("ptr", "ptr_nest"):
         launch = lambda g: _mm3_ptr[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
-                                          STAGES=ns, num_warps=nw)
+                                          STAGES=ns, NEST=form == "ptr_nest", num_warps=nw)
     else:
         ws = form == "desc_ws"
         launch = lambda g: _mm3_desc[(g,)](ahi, alo, whi, wlo, c, M, N, K, NT, BM=bm, BN=bn, BK=bk,  # noqa: E731
