@@ -176,6 +176,36 @@ def fence_acq_rel(x):
         "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
 
 
+# The counter barrier run by thread 0 alone (group_barrier MODE 7): after the CTA barrier, thread 0 adds 1 to the
+# group's counter with a release reduction (``red.release.gpu``: no reply awaited) and spins on ``ld.acquire.gpu`` of it
+# until it reaches the goal, at most ``limit`` polls ($0 = 1 on timeout); the CTA barrier after it orders the other
+# threads behind its acquire. One thread polls one address, where the other modes have every warp poll.
+COUNTER_T0_PTX = tl.constexpr(
+    "{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"
+    "mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; mov.b32 $0, 0;\n\t"
+    "@p bra DONE;\n\t"
+    "red.release.gpu.global.add.s32 [$1], 1;\n\t"
+    "mov.u32 n, 0;\n"
+    "LOOP:\n\t"
+    "ld.acquire.gpu.global.b32 v, [$1];\n\t"
+    "setp.ge.s32 q, v, $2;\n\t"
+    "@q bra DONE;\n\t"
+    "add.u32 n, n, 1; setp.lt.u32 q, n, $3;\n\t"
+    "@q bra LOOP;\n\t"
+    "mov.b32 $0, 1;\n"
+    "DONE:\n\t}")
+
+
+@triton.jit
+def counter_t0(ctr_ptr, goal, limit):
+    """Thread 0's publish and spin of the MODE 7 barrier (``COUNTER_T0_PTX``; GPU only). Returns 1 where the spin
+    timed out (thread 0), else 0. The caller puts CTA barriers before and after it."""
+    one = tl.arange(0, 1)
+    bad = tl.inline_asm_elementwise(COUNTER_T0_PTX, "=r,l,r,r", [ctr_ptr + one, goal + one * 0, limit + one * 0],
+                                    dtype=tl.int32, is_pure=False, pack=1)
+    return tl.max(bad, axis=0)
+
+
 @triton.jit
 def _poll(ptrs, mask, LD: tl.constexpr):
     """Acquire-read ``ptrs`` where ``mask``: ld.acquire (LD) or an atomic add of 0 (the interpreter's way)."""
@@ -194,7 +224,9 @@ def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr,
     MODE 1 (flags, atomic polls) and 2 (flags, ``ld.acquire`` polls): this CTA publishes ``target`` on its
     own flag (release) and spins until every flag of the group is >= ``target`` (acquire). MODE 3 (counter,
     ``ld.acquire`` polls) and 4 (counter, atomic polls): this CTA adds 1 to the group's counter
-    ``flags_ptr[0]`` (release) and spins until it reaches ``target * R`` (acquire), one address to poll.
+    ``flags_ptr[0]`` (release) and spins until it reaches ``target * R`` (acquire), one address to poll. MODE 7
+    (counter, thread 0 alone: ``counter_t0``): the same counter, published with a release reduction and polled by
+    thread 0 only, the other threads waiting at the CTA barrier after it (GPU only: inline PTX).
     Flags and the counter only grow, so one row serves every barrier of every launch when the host passes
     increasing targets. Every CTA of the group must be resident (the caller checks grid <= co-resident
     CTAs); under TRITON_INTERPRET programs run one after another, so only R == 1 is valid there. The spin
@@ -202,7 +234,10 @@ def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr,
     timeout the barrier writes ``target`` (the barrier it waited at) to ``err_ptr`` and goes on, so a
     broken schedule reports instead of hanging."""
     tl.debug_barrier()
-    if MODE >= 5:
+    if MODE == 7:
+        if counter_t0(flags_ptr, target * R, spin_limit) != 0:
+            tl.atomic_xchg(err_ptr, target)
+    elif MODE >= 5:
         one = tl.arange(0, 1)
         st_release(flags_ptr + rank + one, tl.zeros((1,), tl.int32) + target)
         offs = tl.arange(0, BLOCK_R)

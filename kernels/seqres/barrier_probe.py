@@ -23,9 +23,47 @@ from ..common.tl_helpers import group_barrier
 from .gemm_probe import _time_ms
 
 
+_T0_PUB = {0: "relaxed", 1: "release"}
+_T0_POLL = {0: "ld.relaxed", 1: "ld.acquire", 2: "ld.relaxed + fence.acq_rel"}
+
+
+def _t0_asm(pub: int, poll: int) -> str:
+    """PTX of a counter barrier run by thread 0 alone: ``red.<pub>.gpu.add`` of 1 onto the group's counter, then a
+    spin of ``ld.<poll>.gpu`` on it until it reaches the goal (at most ``limit`` polls; returns 1 on timeout)."""
+    ld = "ld.acquire.gpu" if poll == 1 else "ld.relaxed.gpu"
+    fence = "fence.acq_rel.gpu;" if poll == 2 else ""
+    return ("{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"
+            "mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; mov.b32 $0, 0;\n\t"
+            "@p bra DONE;\n\t"
+            f"red.{_T0_PUB[pub]}.gpu.global.add.s32 [$1], 1;\n\t"
+            "mov.u32 n, 0;\n"
+            "LOOP:\n\t"
+            f"{ld}.global.b32 v, [$1];\n\t"
+            "setp.ge.s32 q, v, $2;\n\t"
+            "@q bra FOUND;\n\t"
+            "add.u32 n, n, 1; setp.lt.u32 q, n, $3;\n\t"
+            "@q bra LOOP;\n\t"
+            "mov.b32 $0, 1;\n"
+            "FOUND:\n\t"
+            f"{fence}\n"
+            "DONE:\n\t}")
+
+
+@triton.jit
+def _t0_barrier(ctr_ptr, goal, limit, ASM: tl.constexpr):
+    """Thread 0 publishes and spins (``_t0_asm``) between two CTA barriers; the other threads wait at the second
+    one. Returns 1 where thread 0 timed out."""
+    tl.debug_barrier()
+    one = tl.arange(0, 1)
+    bad = tl.inline_asm_elementwise(ASM, "=r,l,r,r", [ctr_ptr + one, goal + one * 0, limit + one * 0],
+                                    dtype=tl.int32, is_pure=False, pack=1)
+    tl.debug_barrier()
+    return tl.max(bad, axis=0)
+
+
 @triton.jit
 def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr,
-                  MODE: tl.constexpr, STORE_N: tl.constexpr):
+                  MODE: tl.constexpr, STORE_N: tl.constexpr, ASM: tl.constexpr = ""):
     pid = tl.program_id(0)
     group = pid // R
     rank = pid % R
@@ -34,7 +72,11 @@ def _barrier_loop(flags_ptr, err_ptr, out_ptr, epoch, NB: tl.constexpr, R: tl.co
         if STORE_N > 0:
             offs = tl.arange(0, 64)[:, None] * STORE_N + tl.arange(0, STORE_N)[None, :]
             tl.store(out_ptr + pid.to(tl.int64) * (64 * STORE_N) + offs, (i + offs).to(tl.float32))
-        if MODE > 0:
+        if MODE >= 10:
+            bad = _t0_barrier(flags, (epoch + 1 + i) * R, 2**31 - 1, ASM)
+            if bad != 0:
+                tl.atomic_xchg(err_ptr, epoch + 1 + i)
+        elif MODE > 0:
             group_barrier(flags, rank, epoch + 1 + i, err_ptr, 2**31 - 1, R, BLOCK_R, MODE)
         else:
             tl.debug_barrier()
@@ -47,14 +89,25 @@ def aot_barrier(mode: int, R: int = 4):
     from triton.compiler import ASTSource
     names = list(_barrier_loop.arg_names)
     sig = dict(flags_ptr="*i32", err_ptr="*i32", out_ptr="*fp32", epoch="i32", NB="constexpr", R="constexpr",
-               BLOCK_R="constexpr", MODE="constexpr", STORE_N="constexpr")
-    cex = dict(NB=4, R=R, BLOCK_R=triton.next_power_of_2(R), MODE=mode, STORE_N=0)
+               BLOCK_R="constexpr", MODE="constexpr", STORE_N="constexpr", ASM="constexpr")
+    cex = dict(NB=4, R=R, BLOCK_R=triton.next_power_of_2(R), MODE=mode, STORE_N=0, ASM=mode_asm(mode))
     src = ASTSource(_barrier_loop, sig, constexprs={(names.index(k),): v for k, v in cex.items()})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
 MODES = {0: "cta only", 2: "flags ld.acquire", 1: "flags atomic", 3: "counter", 4: "counter atomic polls",
-         5: "flags st.release + ld.acquire", 6: "flags st.release + ld.relaxed + fence"}
+         5: "flags st.release + ld.acquire", 6: "flags st.release + ld.relaxed + fence",
+         7: "counter by thread 0 (counter_t0)"}
+# modes 10-15: the counter barrier run by thread 0 alone (_t0_barrier): publish (relaxed | release) x poll (ld.relaxed |
+# ld.acquire | ld.relaxed + fence.acq_rel). Only 14 (release / ld.acquire) and 15 (release / relaxed + fence) order the
+# data; 10-13 lack a release or an acquire and show what each part costs.
+MODES.update({10 + 3 * pub + poll: f"counter by thread 0: red.{_T0_PUB[pub]} / {_T0_POLL[poll]}"
+              for pub in (0, 1) for poll in (0, 1, 2)})
+
+
+def mode_asm(mode: int) -> str:
+    """The PTX a thread-0 mode (10-15) runs; "" for the others."""
+    return _t0_asm((mode - 10) // 3, (mode - 10) % 3) if mode >= 10 else ""
 
 
 def main():
@@ -79,7 +132,7 @@ def main():
                 def launch(nb):
                     flags = torch.zeros(grid // R, block_r, dtype=torch.int32, device="cuda")
                     _barrier_loop[(grid // R * R,)](flags, err, out, state["epoch"], nb, R=R, BLOCK_R=block_r,
-                                                    MODE=mode, STORE_N=store_n, num_warps=4)
+                                                    MODE=mode, STORE_N=store_n, ASM=mode_asm(mode), num_warps=4)
 
                 t0 = 1e3 * _time_ms(lambda: launch(0), n=1)
                 t1 = 1e3 * _time_ms(lambda: launch(args.nb), n=1)

@@ -144,18 +144,19 @@ def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     return (-(-M // BM) * -(-D // BN)) % R != 0
 
 
-_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3}
+_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3, "counter_t0": 7}
 
 
 def _barrier_mode(name: str, interpret: bool) -> int:
     """group_barrier's MODE for ``barrier``: 1 flags polled with atomics, 2 flags polled with ld.acquire, 3 one
-    counter polled with ld.acquire; the interpreter has no inline PTX, so it polls with atomics (2 -> 1, 3 -> 4).
+    counter polled with ld.acquire, 7 the counter published and polled by thread 0 alone (``tl_helpers.counter_t0``);
+    the interpreter has no inline PTX, so it polls with atomics (2 -> 1, 3 -> 4, 7 -> 4).
     (MODE 5 and 6, the st.release forms, are barrier_probe's only: measured slower, docs/seqres.md session 11.)"""
     if name not in _BARRIERS:
         raise ValueError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
     mode = _BARRIERS[name]
     if interpret:
-        mode = {2: 1, 3: 4}.get(mode, mode)
+        mode = {2: 1, 3: 4, 7: 4}.get(mode, mode)
     return mode
 
 
