@@ -148,7 +148,9 @@ def test_flag_epochs_match_barrier_count():
     w = make_weights(c, device=dev)
     v = get_variant("seqres")
     assert v.prepare(c, w, gemm_loop="tiled", presplit_rows=3).barriers_per_launch == 1 + 5 * c.L
-    for barrier in ("flags", "counter"):  # (one program per group here: the counter also ends at the epoch)
+    # (one program per group here: the counter also ends at the epoch; counter_t0 runs as counter with atomic polls in
+    # the interpreter, which has no inline PTX)
+    for barrier in ("flags", "counter", "counter_t0"):
         p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10, barrier=barrier)
         x = make_input(c, 1.0, 0, device=dev)
         for n in (1, 2):

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from kernels import load_case, make_input, make_weights
@@ -146,3 +147,22 @@ def test_st_release_barrier_forms_assemble():
     st6, acq6, rlx6, fence6, _ = rows[6]
     assert st5 > 0 and acq5 > 0 and rlx5 == 0 and fence5 == 0, rows
     assert st6 > 0 and acq6 == 0 and rlx6 > 0 and fence6 > 0, rows
+
+
+def test_counter_t0_barrier_assembles_and_maps():
+    """``barrier: counter_t0`` (group_barrier MODE 7, GPU only): thread 0 publishes with ``red.release.gpu`` and polls
+    with ``ld.acquire.gpu``; its PTX must assemble for sm_90a, with the publish and the poll only behind thread 0's
+    predicate. The host maps it to MODE 7 on the GPU and to the counter with atomic polls (4) in the interpreter, and
+    rejects unknown names."""
+    from kernels.seqres.host import _barrier_mode
+    assert _barrier_mode("counter_t0", False) == 7 and _barrier_mode("counter_t0", True) == 4
+    with pytest.raises(ValueError, match="counter_t0"):
+        _barrier_mode("counter_t1", False)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from kernels.seqres.barrier_probe import aot_barrier\n"
+            "p = aot_barrier(7).asm['ptx']\n"
+            "print(p.count('red.release.gpu.global.add.s32'), p.count('ld.acquire.gpu.global.b32'), p.count('@p bra DONE'))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    red, acq, guard = map(int, p.stdout.split())
+    assert red == acq == guard == 4, p.stdout  # one per barrier of the probe's 4 (NB = 4, unrolled)
