@@ -99,16 +99,11 @@ def test_odd_shape_passes_gate(causal):
     dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", gemm_loop="nested", block_n_wide=16, flag_barrier=True,
          spin_limit=10),
     dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
-    # qkv_split: the QKV phase in two column ranges (144 = 80 columns in 64-wide tiles, ragged, + 64 in 32-wide)
-    dict(qkv_split=True, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_n_wide=64, flag_barrier=True,
-         spin_limit=10),
-    dict(qkv_split=True, attn_presplit=False, block_n_wide=64, block_k=16, seqs_per_program=2, block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "qkv-split-nested-fused",
-        "qkv-split-flat-G2"])
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -282,26 +277,6 @@ def test_wide_block_n_auto_keeps_the_group_balanced(n, R, want):
     M = 64 if R == 8 else 128
     assert wide_block_n("auto", 64, M, n, R, 64) == want
     assert wide_block_n(0, 64, M, n, R, 64) == 64 and wide_block_n(128, 64, M, n, R, 64) == 128
-
-
-@pytest.mark.parametrize("M,N,R,BNQ,want", [
-    (64, 384, 4, 64, (256, 32)),     # cases 5, 6 (groups of 2 / 4 sequences): 6 tiles over 4 -> 4 of 64 + 4 of 32
-    (256, 384, 16, 64, (256, 32)),   # case 11: 4 row blocks x 6 tiles over 16 -> 16 of 64 + 16 of 32
-    (64, 1152, 8, 64, (1024, 16)),   # case 7: 18 tiles over 8 -> 16 of 64 + 8 of 16
-    (128, 768, 4, 128, (0, 0)),      # case 1: 12 tiles over 4 already divide
-    (64, 1536, 4, 128, (0, 0))])     # case 9: 12 over 4
-def test_qkv_split_auto_gives_every_program_the_same_columns(M, N, R, BNQ, want):
-    from kernels.seqres.host import qkv_split
-    assert qkv_split("auto", M, N, R, 64, BNQ) == want
-    c1, bn2 = want
-    if c1:  # every program: the same number of tiles of each part, all columns covered
-        rows = M // 64
-        assert (rows * c1 // BNQ) % R == 0 and (rows * (N - c1) // bn2) % R == 0 and (N - c1) % bn2 == 0
-    assert qkv_split(False, M, N, R, 64, BNQ) == (0, 0)
-    with pytest.raises(ValueError, match="qkv_split"):
-        qkv_split("yes", M, N, R, 64, BNQ)
-    with pytest.raises(ValueError, match="ln_local"):  # (auto leaves an ln_local QKV phase as it is)
-        prepare_meta(load_case("case11"), n_sm=132, gemm_loop="nested", ln_local="qkv", qkv_split=True)
 
 
 @pytest.mark.parametrize("M,D,R,want", [(256, 128, 16, 64),   # case 11: 4 tiles of 128 x 4 K steps over 16 programs

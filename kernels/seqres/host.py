@@ -116,32 +116,6 @@ def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
     return _block(128 if busiest(128) <= 1.2 * busiest(64) else 64, N)
 
 
-def qkv_split(want, M: int, N: int, R: int, BM: int, BNQ: int) -> tuple[int, int]:
-    """(QC1, BNQ2) of ``qkv_split``: the QKV phase's columns [0, QC1) in BNQ-wide tiles and the rest in BNQ2-wide
-    ones, both parts shared by the R programs; (0, 0) = one part. ``want``: false; "auto" (only when the BNQ-wide
-    tiles do not divide over R: the widest first part, then the widest BNQ2 >= 16, whose tiles each divide over
-    R, so every program gets the same columns); true (tests: split off the last BNQ columns in BNQ/2-wide tiles
-    even when the tiles divide)."""
-    if want is False or want == "false":
-        return 0, 0
-    if want not in (True, "true", "auto"):
-        raise ValueError(f"seqres: qkv_split={want!r}: false, auto or true")
-    rows = -(-M // BM)
-    if want in (True, "true"):
-        return (N - BNQ, BNQ // 2) if N > BNQ and BNQ >= 32 else (0, 0)
-    if N % BNQ or (rows * (N // BNQ)) % R == 0:
-        return 0, 0
-    for c1 in range(N - BNQ, 0, -BNQ):
-        if (rows * (c1 // BNQ)) % R:
-            continue
-        bn2 = BNQ // 2
-        while bn2 >= 16:
-            if (N - c1) % bn2 == 0 and (rows * ((N - c1) // bn2)) % R == 0:
-                return c1, bn2
-            bn2 //= 2
-    return 0, 0
-
-
 def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
     """Output columns per tile of oproj and FFN2 (N = D) in the flat loop, and the base of ``wide_block_n``.
     ``want``: a width, or "auto": 128 unless oproj's (tile, K step) pairs with 128-wide tiles give a program
@@ -310,16 +284,9 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         NCNT=0, LNL=lnl,  # counters per group (LNF): set below from the attention and FFN tiles
-        QC1=0, BNQ2=0,    # qkv_split: set below
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
-    if o["qkv_split"] not in (False, "false", "auto"):
-        if not flat or lnl:
-            raise ValueError("seqres: qkv_split needs gemm_loop=flat or nested without ln_local (its QKV phase is "
-                             "one tile loop)")
-    if flat and not lnl:
-        meta["QC1"], meta["BNQ2"] = qkv_split(o["qkv_split"], M, 3 * D, R, bm, meta["BNQ"])
     if lnf:  # a counter per (sequence, query block) and one per FFN row block
         meta["NCNT"] = G * -(-S // meta["BQ"]) + -(-M // bm)
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))

@@ -506,20 +506,18 @@ def _load_tile(ptrs, mask, CM: tl.constexpr):
 @triton.jit
 def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
                    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                   BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr,
-                   WN: tl.constexpr):
+                   BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr):
     """The pre-split operands of K step kk of tile (tm, tn): A hi/lo [BM, BK] and W hi, lo, hi [BK, BN] (the
-    second hi is the first when WROWS == 2). Scalar base + loop-invariant offsets; masks unless EVEN. N: the
-    columns of the phase (masks); WN: the weight's row length (N, or more when the phase covers a column range)."""
+    second hi is the first when WROWS == 2). Scalar base + loop-invariant offsets; masks unless EVEN."""
     a_base = (row0 + tm * BM) * K + kk * BK
-    w_base = kk * (BK * WROWS * WN) + tn * BN
+    w_base = kk * (BK * WROWS * N) + tn * BN
     if EVEN:
         a_hi = tl.load(ahi_ptr + a_base + a_offs, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + a_base + a_offs, cache_modifier=CM)
         w_hi = tl.load(w_ptr + w_base + w_offs)
-        w_lo = tl.load(w_ptr + w_base + WN + w_offs)
+        w_lo = tl.load(w_ptr + w_base + N + w_offs)
         if WROWS == 3:
-            w_hi2 = tl.load(w_ptr + w_base + 2 * WN + w_offs)
+            w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs)
         else:
             w_hi2 = w_hi
     else:
@@ -531,9 +529,9 @@ def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
         a_hi = tl.load(ahi_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
         w_hi = tl.load(w_ptr + w_base + w_offs, mask=wmask, other=0.0)
-        w_lo = tl.load(w_ptr + w_base + WN + w_offs, mask=wmask, other=0.0)
+        w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
         if WROWS == 3:
-            w_hi2 = tl.load(w_ptr + w_base + 2 * WN + w_offs, mask=wmask, other=0.0)
+            w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs, mask=wmask, other=0.0)
         else:
             w_hi2 = w_hi
     return a_hi, a_lo, w_hi, w_lo, w_hi2
@@ -579,11 +577,10 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
 @triton.jit
 def _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                 BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr, PREC: tl.constexpr,
-                 WN: tl.constexpr):
+                 BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr, PREC: tl.constexpr):
     """K step kk of tile (tm, tn) into three accumulators, one per bf16x3 term (``gemm_loop: nested``)."""
     a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
-                                                   M, N, K, BM, BN, BK, CM, WROWS, EVEN, WN)
+                                                   M, N, K, BM, BN, BK, CM, WROWS, EVEN)
     acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
     acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
     acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
@@ -597,7 +594,7 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
                  PREC: tl.constexpr, PRESPLIT: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                  WROWS: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr,
-                 WHOLE: tl.constexpr, WN: tl.constexpr):
+                 WHOLE: tl.constexpr):
     """K steps [k_first, k_end) of tile t (``gemm_loop: nested``; WHOLE: all KT steps, constexpr bounds) with the
     three bf16x3 terms in three accumulators, then the tile's epilogue."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
@@ -610,13 +607,13 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
     if WHOLE:
         for kk in range(0, KT):
             acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
-                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC, WN)
+                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True,
                        M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, STREAM_K)
     else:
         for kk in range(k_first, k_end):
             acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
-                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC, WN)
+                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
                        (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
                        LDO, STREAM_K)
@@ -633,7 +630,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = False, WN: tl.constexpr = 0):
+                       NEST: tl.constexpr = False):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
@@ -648,12 +645,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     store nothing. Triton waits for each dot before the next (one shared accumulator). NEST true — a loop
     over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
     flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
-    tile and 3x the accumulator registers (docs/seqres.md).
-
-    WN > 0: the phase covers N columns of a wider output (``qkv_split``): w, b, o point at its first column, the
-    weight rows are WN long and the output rows LDO (WN when LDO is 0)."""
-    WNE: tl.constexpr = N if WN == 0 else WN
-    LDOE: tl.constexpr = LDO if (LDO != 0 or WN == 0) else WN
+    tile and 3x the accumulator registers (docs/seqres.md)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     KT: tl.constexpr = (K + BK - 1) // BK
@@ -669,13 +661,13 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         start = rank * (TPP * KT)
         end = start + TPP * KT
     a_offs = tl.arange(0, BM)[:, None] * K + tl.arange(0, BK)[None, :]               # [BM, BK]
-    w_offs = tl.arange(0, BK)[:, None] * (WROWS * WNE) + tl.arange(0, BN)[None, :]   # [BK, BN], hi rows
+    w_offs = tl.arange(0, BK)[:, None] * (WROWS * N) + tl.arange(0, BN)[None, :]     # [BK, BN], hi rows
     if NEST:
         if R == 1:  # the whole phase with constexpr bounds (the interpreter cannot loop to a runtime bound)
             for t in range(0, NT):
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, 0, KT, a_offs, w_offs,
-                             M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDOE,
-                             STREAM_K, True, WNE)
+                             M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
+                             STREAM_K, True)
         else:
             if STREAM_K:
                 t_first = start // KT
@@ -691,8 +683,8 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                     k_first = 0
                     k_end = KT
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs,
-                             w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDOE,
-                             STREAM_K, not STREAM_K, WNE)
+                             w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
+                             STREAM_K, not STREAM_K)
     else:
         acc = tl.zeros((BM, BN), tl.float32)
         for i in range(0, ITERS):
@@ -704,7 +696,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             tm = t // NT_N
             tn = t - tm * NT_N
             a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
-                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN, WNE)
+                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
             acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
             acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
             acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
@@ -715,7 +707,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                 ts = t * KT
                 _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
                                (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
-                               CM, EVEN, LDOE, STREAM_K)
+                               CM, EVEN, LDO, STREAM_K)
                 acc = tl.zeros((BM, BN), tl.float32)
 
 
@@ -779,7 +771,7 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
     acc = tl.zeros((BM, BH), tl.float32)
     for kk in range(0, KT):
         a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(xhi_ptr, xlo_ptr, w1_ptr, row0, tm, c, kk, a_offs, w_offs,
-                                                       M, F, D, BM, BH, BK, CM, WROWS, EVEN1, F)
+                                                       M, F, D, BM, BH, BK, CM, WROWS, EVEN1)
         acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
         acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
         acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
@@ -907,16 +899,13 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, LNL: tl.constexpr = 0, QC1: tl.constexpr = 0, BNQ2: tl.constexpr = 0):
+                AO: tl.constexpr, LNL: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
-    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
-    QC1 > 0 (``qkv_split``): the QKV phase in two parts, columns [0, QC1) in [BM, BNQ] tiles and the rest in
-    [BM, BNQ2] tiles, each part shared by all R programs, so every program gets the same columns where the BNQ
-    tiles alone do not divide over R."""
+    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers."""
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
@@ -930,25 +919,11 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
                          BNQ, BD, CM, WROWS, 4 * D, NEST)
-    elif AS and QC1 > 0:  # as below, in two column ranges
-        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
-                           fhi_ptr, flo_ptr, row0, rank, M, QC1, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, 3 * D)
-        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D) + QC1, bqkv_ptr + l * (3 * D) + QC1,
-                           y_ptr, fhi_ptr + QC1, flo_ptr + QC1, row0, rank, M, 3 * D - QC1, D, False, False, PRESPLIT,
-                           P_LIN, PRESPLIT, R, BM, BNQ2, BK, CM, WROWS, False, 4 * D, NEST, 3 * D)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
                            BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST)
-    elif QC1 > 0:
-        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
-                           qkv_ptr, qkv_ptr, row0, rank, M, QC1, D, False, False, 0, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 3 * D, NEST, 3 * D)
-        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D) + QC1, bqkv_ptr + l * (3 * D) + QC1,
-                           y_ptr, qkv_ptr + QC1, qkv_ptr + QC1, row0, rank, M, 3 * D - QC1, D, False, False, 0, P_LIN,
-                           PRESPLIT, R, BM, BNQ2, BK, CM, WROWS, False, 3 * D, NEST, 3 * D)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
@@ -1031,7 +1006,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr, QC1: tl.constexpr, BNQ2: tl.constexpr,
+    LNL: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1064,8 +1039,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, QC1,
-                        BNQ2)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
