@@ -245,6 +245,8 @@ SWEEP = {
     "pub_bkv128_ast1": dict(published=True, block_kv=128, attn_stages=1),
     "pub_bt0": dict(published=True, barrier="counter_t0"),  # the barrier published and polled by thread 0 (session 12)
     "pub_bcnt": dict(published=True, barrier="counter"),    # its control: the same counter, every warp polling
+    # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
+    # removed with its parameter (docs/seqres.md, session 12)
 }
 
 PUBLISHED_RUN = Path(__file__).resolve().parents[2] / "docs" / "results" / "h200" / "raw" / "timing" / "h200"
