@@ -63,6 +63,29 @@ def test_smoke1_passes_gate_all_scales_two_seeds():
 
 @needs_backend
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_attn_pack_keeps_sequences_apart(causal):
+    """``attn_pack: 4``: 4 sequences of 12 rows in one 48-row attention tile over 16-key blocks. The third sequence's
+    rows find no key of their own in the first key block (the online softmax must keep a zero state there, not
+    -inf - -inf), and no row may attend to another sequence's keys (the gate would see it)."""
+    case = Case(name="odd4", number=998, family="seqres", B=4, S=12, D=48, H=3, L=1, causal=causal,
+                weight_seed=998)
+    _check(case, dict(attn_pack=4, seqs_per_program=4, block_kv=16, block_m_ln=8), (1e-3, 1.0, 1e3), (0,))
+    _check(case, dict(attn_pack=4, seqs_per_program=4, block_kv=16, block_m_ln=8, gemm_loop="nested",
+                      attn_oproj=True, ffn_fused=True), (1.0,), (1,))
+
+
+def test_attn_pack_is_validated():
+    with pytest.raises(ValueError, match="attn_pack"):
+        prepare_meta(odd_case(True), n_sm=132, attn_pack=3, seqs_per_program=2)
+    with pytest.raises(ValueError, match="attn_pack"):
+        prepare_meta(odd_case(True), n_sm=132, attn_pack=2, seqs_per_program=2, gemm_loop="tiled",
+                     presplit_rows=3)
+    m, _, _ = prepare_meta(load_case("case06"), n_sm=132, attn_pack=2, seqs_per_program=4)
+    assert m["APK"] == 2 and m["BQ"] == 32 and m["BKV"] == 32  # case 6: 16-row sequences, 32-row packs
+
+
+@needs_backend
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_odd_shape_passes_gate(causal):
     """D=48 (not a power of two), dh=16, S=12 (rows masked in a 16-row tile)."""
     _check(odd_case(causal), {}, (1e-3, 1.0, 1e3), (0,))
@@ -99,11 +122,14 @@ def test_odd_shape_passes_gate(causal):
     dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", gemm_loop="nested", block_n_wide=16, flag_barrier=True,
          spin_limit=10),
     dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
+    # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
+    dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
+    dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2"])
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "attn-pack2-fused", "attn-pack2-unsplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 

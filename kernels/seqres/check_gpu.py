@@ -245,6 +245,12 @@ SWEEP = {
     "pub_bkv128_ast1": dict(published=True, block_kv=128, attn_stages=1),
     "pub_bt0": dict(published=True, barrier="counter_t0"),  # the barrier published and polled by thread 0 (session 12)
     "pub_bcnt": dict(published=True, barrier="counter"),    # its control: the same counter, every warp polling
+    # attn_pack (session 12): consecutive sequences of a group in one attention tile (cases 5 and 6: 32- and 16-row
+    # sequences); nofill: 64-row tiles on wgmma with some programs idle, rather than halved 32-row tiles
+    "pub_pk2": dict(published=True, attn_pack=2),
+    "pub_pk4": dict(published=True, attn_pack=4),
+    "pub_pk2_nofill": dict(published=True, attn_pack=2, attn_fill=False),
+    "pub_pk4_nofill": dict(published=True, attn_pack=4, attn_fill=False),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

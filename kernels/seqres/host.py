@@ -231,8 +231,15 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     M = G * S
     dh = case.dh
     bm = _block(o["block_m"], M)
-    bq = _block(o["block_q"], S)
-    while o["attn_fill"] and bq > 16 and G * H * -(-S // bq) < R:  # every program gets an attention tile
+    apk = int(o["attn_pack"])
+    if apk < 1 or G % apk:
+        raise ValueError(f"seqres: attn_pack={o['attn_pack']!r}: sequences per attention tile, >= 1 and dividing "
+                         f"seqs_per_program={G}")
+    if apk > 1 and not (flat and not o["ln_fold"]):
+        raise ValueError("seqres: attn_pack > 1 needs gemm_loop=flat or nested and ln_fold=false")
+    sa, ga = S * apk, G // apk  # the attention phase's packs: ga packs of sa rows
+    bq = _block(o["block_q"], sa)
+    while o["attn_fill"] and bq > 16 and ga * H * -(-sa // bq) < R:  # every program gets an attention tile
         bq //= 2
     bk = _block(o["block_k"], D)
     if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
@@ -270,7 +277,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
         R=R, BLOCK_R=_pow2(R), FLAGS=_barrier_mode(o["barrier"], interpret) if (R > 1 or o["flag_barrier"]) else 0,
         BM=bm, BN=bn, BK=bk,
-        BQ=bq, BKV=_block(o["block_kv"], S), BDH=_block(dh, dh),
+        BQ=bq, BKV=_block(o["block_kv"], sa), BDH=_block(dh, dh), APK=apk,
         BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
         # .cg (L2) loads where other programs wrote the data, or where this program's atomics did (the fusions)
         CM=".cg" if R > 1 or ff or ao else "",

@@ -310,8 +310,9 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
-    """Attention of the group's G sequences; (sequence, head, query block) tiles round-robin over R. CAUSAL:
+                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0):
+    """Attention of the group's G sequences (SEG > 0, ``attn_pack``: G packs of S rows, each holding S / SEG
+    sequences of SEG rows that attend only within themselves); (sequence, head, query block) tiles round-robin over R. CAUSAL:
     odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
     2: fp32-held, interpreter). QS: q, k, v arrive pre-split by the QKV epilogue (hi at ``qkv_ptr``, lo at
@@ -333,22 +334,24 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                             AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
-                            BM_LN, BD)
+                            BM_LN, BD, SEG)
         else:
             if t < NT:
                 _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
                                 qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
                                 AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
-                                lnb_ptr, BM_LN, BD)
+                                lnb_ptr, BM_LN, BD, SEG)
 
 
 @triton.jit
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
                      PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
-                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0):
+                     qlo_ptr=None, q_lo=None, qk_scale=1.0, QS: tl.constexpr = 0, SEG: tl.constexpr = 0):
     """One key/value block of the online softmax: returns the updated (m_i, l_i, acc). K and V are both
-    loaded before the first dot (V's latency hides behind q k^T and the softmax)."""
+    loaded before the first dot (V's latency hides behind q k^T and the softmax). SEG > 0 (``attn_pack``): the
+    tile holds several sequences of SEG rows each, and a query attends only to keys of its own sequence; a row
+    whose keys all lie in other blocks keeps a zero state through this block (no -inf - -inf)."""
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     offs_k = k0 + tl.arange(0, BKV)
@@ -370,10 +373,17 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
     valid = mask_k[None, :]
     if CAUSAL:
         valid = valid & (offs_k[None, :] <= offs_q[:, None])
+    if SEG > 0:
+        valid = valid & ((offs_k // SEG)[None, :] == (offs_q // SEG)[:, None])
     s = tl.where(valid, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    if SEG > 0:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+    else:
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if QS:
         p_hi, p_lo = split_bf16(p, QS == 1)
@@ -391,8 +401,9 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
-    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks."""
+                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0):
+    """Query block qb of head hd of sequence g (of the group), online softmax over key blocks. SEG > 0: "sequence"
+    g is a pack of consecutive sequences of SEG rows each (``_attention_block``)."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
@@ -416,11 +427,16 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
         if CAUSAL:
             if j * BKV < (qb + 1) * BQ:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
+                                                 S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
+                                                 SEG)
         else:
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS)
-    out = acc / l_i[:, None]
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
+                                             SEG)
+    if SEG > 0:  # padding rows past the last pack have no key of their own sequence: 0, not 0 / 0
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    else:
+        out = acc / l_i[:, None]
     if AO:
         _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
                          WROWS, BN2)
@@ -899,13 +915,15 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, LNL: tl.constexpr = 0):
+                AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
-    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers."""
+    LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
+    APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks)."""
+    SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
@@ -930,13 +948,13 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                            BM, BNQ, BK, CM, WROWS, False, 0, NEST)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
-        _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
-                         BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
+        _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL, P_LIN,
+                         R, BQ, BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD)
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, SEG)
     else:
-        _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_ATTN, R, BQ,
-                         BKV, BDH, CM, PRESPLIT, None, 0, AST)
+        _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL,
+                         P_ATTN, R, BQ, BKV, BDH, CM, PRESPLIT, None, 0, AST, SEG=SEG)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if not AO:  # (AO: the attention tiles added their output projection into y)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
@@ -1006,7 +1024,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr,
+    LNL: tl.constexpr, APK: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1039,7 +1057,7 @@ def _seqres_fwd(
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL)
+                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, APK)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
