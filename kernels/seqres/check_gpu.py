@@ -251,6 +251,8 @@ SWEEP = {
     "pub_pk4": dict(published=True, attn_pack=4),
     "pub_pk2_nofill": dict(published=True, attn_pack=2, attn_fill=False),
     "pub_pk4_nofill": dict(published=True, attn_pack=4, attn_fill=False),
+    # case 7's 64-row groups have 4 LayerNorm row blocks of 16 for 8 programs; blocks of 8 give every program one
+    "pub_lnb8": dict(published=True, block_m_ln=8),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }
