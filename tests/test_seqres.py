@@ -698,3 +698,16 @@ def test_shared_memory_overflow_halves_the_attention_tile_or_names_the_fix():
             smem_overflow_step(meta, fit, err)
     with pytest.raises(Unsupported, match="registers"):
         smem_overflow_step(dict(BQ=64, BKV=64), True, OutOfResources(300, 255, "registers"))
+
+
+def test_balance_report_shows_idle_programs():
+    """``kernels.seqres.balance``: case 7's 64-row groups have 4 LayerNorm blocks of 16 rows for 8 programs (half idle),
+    8 blocks of 8 with ``block_m_ln: 8``; case 11's 64-row attention tiles (``attn_fill: false``) leave 8 of 16 idle."""
+    from kernels.seqres.balance import report
+    nest = dict(gemm_loop="nested", block_n=64)
+    assert "copy / LayerNorm row blocks 4/8: max 1, mean 0.50, 4 idle *" in report(7, nest)
+    assert "copy / LayerNorm row blocks 8/8: max 1, mean 1.00;" in report(7, dict(nest, block_m_ln=8))
+    assert "QKV tiles 18/8: max 3, mean 2.25 *" in report(7, nest)
+    r11 = report(11, dict(nest, attn_fill=False, attn_oproj=True, ffn_fused=True, block_n_wide=64))
+    assert "attention tiles 8/16: max 1, mean 0.50, 8 idle *" in r11 and "fused FFN items 16/16" in r11
+    assert "oproj" not in r11  # attn_oproj: no oproj phase
