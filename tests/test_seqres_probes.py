@@ -154,8 +154,13 @@ def test_counter_t0_barrier_assembles_and_maps():
     with ``ld.acquire.gpu``; its PTX must assemble for sm_90a, with the publish and the poll only behind thread 0's
     predicate. The host maps it to MODE 7 on the GPU and to the counter with atomic polls (4) in the interpreter, and
     rejects unknown names."""
+    from kernels.common.tl_helpers import COUNTER_T0_PTX, counter_t0_ptx
+    from kernels.seqres.barrier_probe import mode_asm
     from kernels.seqres.host import _barrier_mode
     assert _barrier_mode("counter_t0", False) == 7 and _barrier_mode("counter_t0", True) == 4
+    # the probe's release / acquire mode is the kernel's barrier; its other modes differ only in the two orderings
+    assert mode_asm(14) == COUNTER_T0_PTX.value == counter_t0_ptx()
+    assert "red.relaxed.gpu" in mode_asm(10) and "fence.acq_rel.gpu" in mode_asm(15)
     with pytest.raises(ValueError, match="counter_t0"):
         _barrier_mode("counter_t1", False)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

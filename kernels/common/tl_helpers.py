@@ -176,24 +176,32 @@ def fence_acq_rel(x):
         "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
 
 
-# The counter barrier run by thread 0 alone (group_barrier MODE 7): after the CTA barrier, thread 0 adds 1 to the
-# group's counter with a release reduction (``red.release.gpu``: no reply awaited) and spins on ``ld.acquire.gpu`` of it
-# until it reaches the goal, at most ``limit`` polls ($0 = 1 on timeout); the CTA barrier after it orders the other
-# threads behind its acquire. One thread polls one address, where the other modes have every warp poll.
-COUNTER_T0_PTX = tl.constexpr(
-    "{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"
-    "mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; mov.b32 $0, 0;\n\t"
-    "@p bra DONE;\n\t"
-    "red.release.gpu.global.add.s32 [$1], 1;\n\t"
-    "mov.u32 n, 0;\n"
-    "LOOP:\n\t"
-    "ld.acquire.gpu.global.b32 v, [$1];\n\t"
-    "setp.ge.s32 q, v, $2;\n\t"
-    "@q bra DONE;\n\t"
-    "add.u32 n, n, 1; setp.lt.u32 q, n, $3;\n\t"
-    "@q bra LOOP;\n\t"
-    "mov.b32 $0, 1;\n"
-    "DONE:\n\t}")
+def counter_t0_ptx(pub: str = "release", poll: str = "acquire", fence: bool = False) -> str:
+    """PTX of a counter barrier run by thread 0 alone: ``red.<pub>.gpu.add`` of 1 onto the group's counter ($1), then a
+    spin of ``ld.<poll>.gpu`` on it until it reaches the goal ($2), at most $3 polls ($0 = 1 on timeout, else 0), and with
+    ``fence`` a ``fence.acq_rel.gpu`` after the spin. The defaults are group_barrier's MODE 7 (``COUNTER_T0_PTX``); the
+    other forms are ``barrier_probe``'s, which time the parts (a relaxed publish or poll orders nothing)."""
+    end = "FOUND" if fence else "DONE"
+    return ("{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"
+            "mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; mov.b32 $0, 0;\n\t"
+            "@p bra DONE;\n\t"
+            f"red.{pub}.gpu.global.add.s32 [$1], 1;\n\t"
+            "mov.u32 n, 0;\n"
+            "LOOP:\n\t"
+            f"ld.{poll}.gpu.global.b32 v, [$1];\n\t"
+            "setp.ge.s32 q, v, $2;\n\t"
+            f"@q bra {end};\n\t"
+            "add.u32 n, n, 1; setp.lt.u32 q, n, $3;\n\t"
+            "@q bra LOOP;\n\t"
+            "mov.b32 $0, 1;\n"
+            + ("FOUND:\n\tfence.acq_rel.gpu;\n" if fence else "")
+            + "DONE:\n\t}")
+
+
+# group_barrier MODE 7: after the CTA barrier, thread 0 adds 1 to the group's counter with a release reduction
+# (``red.release.gpu``: no reply awaited) and spins on ``ld.acquire.gpu`` of it; the CTA barrier after it orders the
+# other threads behind its acquire. One thread polls one address, where the other modes have every warp poll.
+COUNTER_T0_PTX = tl.constexpr(counter_t0_ptx())
 
 
 @triton.jit

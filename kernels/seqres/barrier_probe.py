@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import group_barrier
+from ..common.tl_helpers import counter_t0_ptx, group_barrier
 from .gemm_probe import _time_ms
 
 
@@ -27,31 +27,9 @@ _T0_PUB = {0: "relaxed", 1: "release"}
 _T0_POLL = {0: "ld.relaxed", 1: "ld.acquire", 2: "ld.relaxed + fence.acq_rel"}
 
 
-def _t0_asm(pub: int, poll: int) -> str:
-    """PTX of a counter barrier run by thread 0 alone: ``red.<pub>.gpu.add`` of 1 onto the group's counter, then a
-    spin of ``ld.<poll>.gpu`` on it until it reaches the goal (at most ``limit`` polls; returns 1 on timeout)."""
-    ld = "ld.acquire.gpu" if poll == 1 else "ld.relaxed.gpu"
-    fence = "fence.acq_rel.gpu;" if poll == 2 else ""
-    return ("{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"
-            "mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; mov.b32 $0, 0;\n\t"
-            "@p bra DONE;\n\t"
-            f"red.{_T0_PUB[pub]}.gpu.global.add.s32 [$1], 1;\n\t"
-            "mov.u32 n, 0;\n"
-            "LOOP:\n\t"
-            f"{ld}.global.b32 v, [$1];\n\t"
-            "setp.ge.s32 q, v, $2;\n\t"
-            "@q bra FOUND;\n\t"
-            "add.u32 n, n, 1; setp.lt.u32 q, n, $3;\n\t"
-            "@q bra LOOP;\n\t"
-            "mov.b32 $0, 1;\n"
-            "FOUND:\n\t"
-            f"{fence}\n"
-            "DONE:\n\t}")
-
-
 @triton.jit
 def _t0_barrier(ctr_ptr, goal, limit, ASM: tl.constexpr):
-    """Thread 0 publishes and spins (``_t0_asm``) between two CTA barriers; the other threads wait at the second
+    """Thread 0 publishes and spins (``mode_asm``) between two CTA barriers; the other threads wait at the second
     one. Returns 1 where thread 0 timed out."""
     tl.debug_barrier()
     one = tl.arange(0, 1)
@@ -106,8 +84,11 @@ MODES.update({10 + 3 * pub + poll: f"counter by thread 0: red.{_T0_PUB[pub]} / {
 
 
 def mode_asm(mode: int) -> str:
-    """The PTX a thread-0 mode (10-15) runs; "" for the others."""
-    return _t0_asm((mode - 10) // 3, (mode - 10) % 3) if mode >= 10 else ""
+    """The PTX a thread-0 mode (10-15) runs (``tl_helpers.counter_t0_ptx``; mode 14 is MODE 7's); "" for the others."""
+    if mode < 10:
+        return ""
+    pub, poll = divmod(mode - 10, 3)
+    return counter_t0_ptx(_T0_PUB[pub], "acquire" if poll == 1 else "relaxed", fence=poll == 2)
 
 
 def main():
