@@ -166,7 +166,8 @@ def test_counter_t0_barrier_assembles_and_maps():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from kernels.seqres.barrier_probe import aot_barrier\n"
             "p = aot_barrier(7).asm['ptx']\n"
-            "print(p.count('red.release.gpu.global.add.s32'), p.count('ld.acquire.gpu.global.b32'), p.count('@p bra DONE'))")
+            "print(p.count('red.release.gpu.global.add.s32'), p.count('ld.acquire.gpu.global.b32'),"
+            " p.count('@p bra DONE'))")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     red, acq, guard = map(int, p.stdout.split())

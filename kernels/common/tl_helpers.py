@@ -177,9 +177,9 @@ def fence_acq_rel(x):
 
 
 def counter_t0_ptx(pub: str = "release", poll: str = "acquire", fence: bool = False) -> str:
-    """PTX of a counter barrier run by thread 0 alone: ``red.<pub>.gpu.add`` of 1 onto the group's counter ($1), then a
-    spin of ``ld.<poll>.gpu`` on it until it reaches the goal ($2), at most $3 polls ($0 = 1 on timeout, else 0), and with
-    ``fence`` a ``fence.acq_rel.gpu`` after the spin. The defaults are group_barrier's MODE 7 (``COUNTER_T0_PTX``); the
+    """PTX of a counter barrier run by thread 0 alone: ``red.<pub>.gpu.add`` of 1 onto the group's counter ($1), then
+    a spin of ``ld.<poll>.gpu`` on it until it reaches the goal ($2), at most $3 polls ($0 = 1 on timeout, else 0), and
+    with ``fence`` a ``fence.acq_rel.gpu`` after the spin. The defaults are group_barrier's MODE 7 (``COUNTER_T0_PTX``); the
     other forms are ``barrier_probe``'s, which time the parts (a relaxed publish or poll orders nothing)."""
     end = "FOUND" if fence else "DONE"
     return ("{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from ..cases import load_case
+from .aot_check import parse_params
 from .host import prepare_meta
 
 
@@ -55,26 +56,16 @@ def report(case_no: int, params: dict) -> str:
     return f"case{case_no:02d} (G={meta['G']}, R={R}, {meta['G'] * meta['S']} rows): " + "; ".join(cells)
 
 
-def _value(v: str):
-    low = v.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(v)
-    except ValueError:
-        return v
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
     ap.add_argument("--param", action="append", default=[], metavar="K=V",
                     help="use these parameters instead of the published choice (repeatable)")
     a = ap.parse_args(argv)
-    given = dict(p.split("=", 1) for p in a.param)
+    given = parse_params(a.param)
     for c in a.cases:
         if given:
-            params = {k: _value(v) for k, v in given.items()}
+            params = given
         else:
             from .check_gpu import published_choice
             params = published_choice(load_case(c))

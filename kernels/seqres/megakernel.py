@@ -312,8 +312,8 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
                      lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0):
     """Attention of the group's G sequences (SEG > 0, ``attn_pack``: G packs of S rows, each holding S / SEG
-    sequences of SEG rows that attend only within themselves); (sequence, head, query block) tiles round-robin over R. CAUSAL:
-    odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
+    sequences of SEG rows that attend only within themselves); (sequence, head, query block) tiles round-robin
+    over R. CAUSAL: odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
     draws a long one in the next. SPLIT_OUT (flat GEMM loops): write the output as hi/lo parts (1: bf16,
     2: fp32-held, interpreter). QS: q, k, v arrive pre-split by the QKV epilogue (hi at ``qkv_ptr``, lo at
     ``qlo_ptr``; 1: bf16, 2: fp32-held), so every dot is three dots on the parts (PREC is then the parts'
