@@ -172,3 +172,21 @@ def test_counter_t0_barrier_assembles_and_maps():
     assert p.returncode == 0, p.stderr[-3000:]
     red, acq, guard = map(int, p.stdout.split())
     assert red == acq == guard == 4, p.stdout  # one per barrier of the probe's 4 (NB = 4, unrolled)
+
+
+def test_acc_reset_select_keeps_wgmma_asynchronous():
+    """``acc_reset`` (session 13): with the flat GEMM loop's accumulator reset in the epilogue branch (``branch``, the
+    default) ptxas serializes every wgmma of the kernel (its C7514 note); zeroed by a select at a tile's first K step
+    (``select``) it keeps them in flight (docs/seqres.md measures both). Case 1's defaults are the flat loop; compiled
+    for sm_90a without a GPU, in a subprocess without the interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from kernels.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
+            "from kernels.cases import load_case\n"
+            "for ars in ('select', 'branch'):\n"
+            "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars})\n"
+            "    print(ars, meta['FLAT'], meta['NEST'], wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {r.split()[0]: r.split()[1:] for r in p.stdout.strip().splitlines()}
+    assert rows["select"] == ["1", "False", "False"], p.stdout
+    assert rows["branch"] == ["1", "False", "True"], p.stdout

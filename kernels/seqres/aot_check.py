@@ -53,8 +53,8 @@ def compile_case(case, params: dict, arch: int = 90):
     return k, time.time() - t, meta
 
 
-def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
-    """(registers per thread, spill store bytes) from ``ptxas -v`` on the kernel's PTX."""
+def ptxas_info(ptx: str, arch: int) -> str:
+    """``ptxas -v`` output (stdout + stderr) for the kernel's PTX."""
     import os
     import subprocess
     import tempfile
@@ -65,10 +65,21 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
             f.write(ptx)
         out = subprocess.run([ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(d, "k.cubin")],
                              capture_output=True, text=True)
-    txt = out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def ptxas_usage(ptx: str, arch: int, txt: str | None = None) -> tuple[int, int]:
+    """(registers per thread, spill store bytes) from ``ptxas -v`` on the kernel's PTX (or its output ``txt``)."""
+    txt = ptxas_info(ptx, arch) if txt is None else txt
     regs = re.search(r"Used (\d+) registers", txt)
     spill = re.search(r"(\d+) bytes spill stores", txt)
     return (int(regs.group(1)) if regs else -1, int(spill.group(1)) if spill else -1)
+
+
+def wgmma_serialized(ptxas_text: str) -> bool:
+    """ptxas's C7514 note: it serialized every wgmma of the kernel (each instruction waits for the previous one),
+    because something reads a wgmma accumulator before the wait for it (docs/seqres.md, session 13)."""
+    return "C7514" in ptxas_text
 
 
 def sass_of(k) -> str:
@@ -136,8 +147,10 @@ def main(argv=None):
         k, dt, meta = compile_case(case, params)
         ptx = k.asm.get("ptx", "")
         sass_info = k.metadata
-        regs, spills = ptxas_usage(ptx, k.metadata.target.arch)
+        txt = ptxas_info(ptx, k.metadata.target.arch)
+        regs, spills = ptxas_usage(ptx, k.metadata.target.arch, txt)
         print(f"{case.name}: compiled in {dt:.1f}s regs={regs} spill_bytes={spills} shared={sass_info.shared} "
+              f"wgmma_serialized={wgmma_serialized(txt)} "
               f"G={meta['G']} R={meta['R']} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} "
               f"wgmma={'wgmma' in ptx} mma={'mma.sync' in ptx}")
         if a.sass:

@@ -253,6 +253,12 @@ SWEEP = {
     "pub_pk4_nofill": dict(published=True, attn_pack=4, attn_fill=False),
     # case 7's 64-row groups have 4 LayerNorm row blocks of 16 for 8 programs; blocks of 8 give every program one
     "pub_lnb8": dict(published=True, block_m_ln=8),
+    # session 13: acc_reset: select (the flat loop's accumulator zeroed by a select at a tile's first K step, so ptxas
+    # stops serializing every wgmma of the kernel), and the flat loop in that form on the cases whose published choice
+    # is the nested loop (measured with select as the default, where these entries were pub, pub_flat, pub_flat_auto)
+    "pub_ars": dict(published=True, acc_reset="select"),
+    "pub_flat_ars": dict(published=True, gemm_loop="flat", acc_reset="select"),
+    "pub_flat_auto_ars": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto", acc_reset="select"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

@@ -7,6 +7,8 @@
 #                  -> OUT_DIR/ncu_l2_caseN.csv (the raw page: every collected metric)
 #     MODE stalls: warp stall reasons per issued instruction -> OUT_DIR/ncu_stalls_caseN.csv and a sorted
 #                  summary in OUT_DIR/ncu_stalls.txt
+#     MODE source: sampled warp stalls per SASS instruction (the SourceCounters section) -> OUT_DIR/ncu_source_caseN.csv
+#                  (ncu's source page as CSV); `python -m kernels.seqres.sass_regions` sums it by kernel region
 #   e.g.:  kernels/seqres/ncu_counters.sh l2 $OUT 1 "" 7 "gemm_loop=nested block_n=64 block_n_wide=64"
 set -uo pipefail
 mode=$1; out=$2; shift 2
@@ -15,7 +17,8 @@ case "$mode" in
                 --section ComputeWorkloadAnalysis
                 --metrics lts__t_bytes.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,dram__bytes_read.sum,dram__bytes_write.sum) ;;
   stalls) sections=(--section WarpStateStats --section SchedulerStats --section LaunchStats) ;;
-  *) echo "ncu_counters.sh: MODE must be l2 or stalls, got '$mode'" >&2; exit 2 ;;
+  source) sections=(--section SourceCounters --section WarpStateStats --import-source no) ;;
+  *) echo "ncu_counters.sh: MODE must be l2, stalls or source, got '$mode'" >&2; exit 2 ;;
 esac
 command -v ncu >/dev/null || { echo "ncu_counters.sh: Nsight Compute (ncu) not on PATH" >&2; exit 2; }
 mkdir -p "$out"
@@ -27,8 +30,13 @@ while [ $# -ge 2 ]; do
   ncu --clock-control none "${sections[@]}" -k _seqres_fwd --launch-skip 3 --launch-count 1 -o "$tmp/c$c" \
       python -m kernels.seqres.profile_one "$c" --no-tune "${args[@]}" > "$out/ncu_${mode}_case$c.log" 2>&1
   echo "case $c rc=$?"
-  ncu --import "$tmp/c$c.ncu-rep" --page raw --csv > "$tmp/c$c.csv" 2>>"$out/ncu_${mode}_case$c.log" \
-    && mv "$tmp/c$c.csv" "$out/ncu_${mode}_case$c.csv"
+  if [ "$mode" = source ]; then
+    ncu --import "$tmp/c$c.ncu-rep" --page source --csv --print-source sass > "$tmp/c$c.csv" \
+        2>>"$out/ncu_${mode}_case$c.log" && mv "$tmp/c$c.csv" "$out/ncu_${mode}_case$c.csv"
+  else
+    ncu --import "$tmp/c$c.ncu-rep" --page raw --csv > "$tmp/c$c.csv" 2>>"$out/ncu_${mode}_case$c.log" \
+      && mv "$tmp/c$c.csv" "$out/ncu_${mode}_case$c.csv"
+  fi
   if [ "$mode" = stalls ] && [ -f "$out/ncu_stalls_case$c.csv" ]; then
     python3 - "$out/ncu_stalls_case$c.csv" "$c" "$params" >> "$out/ncu_stalls.txt" <<'PY'
 import csv, sys
