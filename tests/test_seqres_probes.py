@@ -190,3 +190,29 @@ def test_acc_reset_select_keeps_wgmma_asynchronous():
     rows = {r.split()[0]: r.split()[1:] for r in p.stdout.strip().splitlines()}
     assert rows["select"] == ["1", "False", "False"], p.stdout
     assert rows["branch"] == ["1", "False", "True"], p.stdout
+
+
+def test_sass_regions_sums_samples_by_instruction_class(tmp_path):
+    """``sass_regions`` reads ncu's source page (CSV, optionally gzipped) and charges each instruction's samples to
+    its class; the 'barrier' reason outside the wgmma waits is reported as time held at CTA barriers."""
+    import gzip
+
+    from kernels.seqres import sass_regions
+    head = ['Address', 'Source', 'Warp Stall Sampling (All Samples)', 'Warp Stall Sampling (Not-issued Samples)',
+            'stall_barrier', 'stall_long_sb', 'stall_barrier (Not Issued)']
+    body = [['0x0', '  HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12].tnspB, R24, gsb0', '2', '2', '0', '0', '0'],
+            ['0x10', '  WARPGROUP.DEPBAR.LE gsb0, 0x0', '6', '6', '6', '0', '6'],
+            ['0x20', '  @!P0 CCTL.IVALL', '3', '3', '0', '3', '0'],
+            ['0x30', '  BAR.SYNC.DEFER_BLOCKING 0x0', '0', '0', '0', '0', '0'],
+            ['0x40', '  ULDC UR11, c[0x0][0x2e8]', '9', '9', '9', '0', '9']]
+    lines = ['"Kernel Name","_seqres_fwd",'] + [",".join(f'"{c}"' for c in r) for r in [head] + body]
+    f = tmp_path / "src.csv.gz"
+    with gzip.open(f, "wt") as g:
+        g.write("\n".join(lines) + "\n")
+    rows = sass_regions.read(str(f))
+    assert [sass_regions.klass(sass_regions.opcode(r["sass"])) for r in rows] == [
+        "wgmma", "wgmma", "flag sync", "CTA barrier", "other (integer, fp32, control)"]
+    out = sass_regions.summary(rows, top=2)
+    assert "20 warp samples" in out
+    assert "wgmma                             40.0%" in out and "flag sync                         15.0%" in out
+    assert "group barrier spin): 45.0%" in out  # the ULDC's 9 barrier samples, not the DEPBAR's 6

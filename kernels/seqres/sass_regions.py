@@ -2,7 +2,7 @@
 (the SourceCounters section, exported per SASS instruction by ``ncu_counters.sh source``) over classes of
 instructions, with each class's leading stall reasons, and lists the instructions with the most samples.
 
-    python -m kernels.seqres.sass_regions ncu_source_case1.csv [...] [--top 12]
+    python -m kernels.seqres.sass_regions ncu_source_case1.csv[.gz] [...] [--top 12]
 
 A sample is charged to the instruction the warp is about to issue, so a wait can show on an instruction after the
 thing waited for (a wgmma wait on ``WARPGROUP.DEPBAR``; a CTA barrier's wait a few instructions after ``BAR.SYNC``,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import re
 from collections import Counter
 
@@ -45,8 +46,9 @@ def klass(op: str) -> str:
 
 
 def read(path: str) -> list[dict]:
-    """The per-instruction rows of ncu's source page (``--page source --csv --print-source sass``)."""
-    rows = list(csv.reader(open(path)))
+    """The per-instruction rows of ncu's source page (``--page source --csv --print-source sass``; gzipped or not)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        rows = list(csv.reader(f))
     start = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
     head = rows[start]
     ia = head.index("Warp Stall Sampling (All Samples)")
