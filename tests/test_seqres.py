@@ -74,6 +74,16 @@ def test_attn_pack_keeps_sequences_apart(causal):
                       attn_oproj=True, ffn_fused=True), (1.0,), (1,))
 
 
+def test_acc_reset_select_passes_gate():
+    """``acc_reset: select`` (session 13): the flat loop zeroes its accumulator by a select at a tile's first K step
+    instead of in the epilogue branch; the odd shape (ragged tiles, several tiles per phase) at the extreme scales."""
+    _check(odd_case(True), dict(acc_reset="select"), (1e-3, 1.0, 1e3), (0,))
+    assert prepare_meta(odd_case(True), n_sm=132, acc_reset="select")[0]["ARS"] == 1
+    assert prepare_meta(odd_case(True), n_sm=132)[0]["ARS"] == 0  # the default: branch
+    with pytest.raises(ValueError, match="acc_reset"):
+        prepare_meta(odd_case(True), n_sm=132, acc_reset="wait")
+
+
 def test_attn_pack_is_validated():
     with pytest.raises(ValueError, match="attn_pack"):
         prepare_meta(odd_case(True), n_sm=132, attn_pack=3, seqs_per_program=2)
