@@ -663,7 +663,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     epilogue reads the step's last dot with no wait before it). 1: a tile's first step starts from a select of
     zeros (``tl.where(kk == 0, 0, acc)``) instead: Triton waits for the last dot inside the step and ptxas keeps
     each dot's wgmma instructions in flight, but the select costs ~60 instructions per step and the loop is bound
-    by its instruction issue, so it measured 1-2% slower (docs/seqres.md, session 13). NEST true — a loop
+    by its instruction issue, so it measured 0.6-1.7% slower (docs/seqres.md, session 13). NEST true — a loop
     over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
     flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
     tile and 3x the accumulator registers (docs/seqres.md)."""
