@@ -8,7 +8,7 @@
 #     MODE stalls: warp stall reasons per issued instruction -> OUT_DIR/ncu_stalls_caseN.csv and a sorted
 #                  summary in OUT_DIR/ncu_stalls.txt
 #     MODE source: sampled warp stalls per SASS instruction (the SourceCounters section) -> OUT_DIR/ncu_source_caseN.csv
-#                  (ncu's source page as CSV); `python -m kernels.seqres.sass_regions` sums it by kernel region
+#                  (ncu's source page as CSV); `python -m kernels.seqres.sass_regions` sums it by instruction class
 #   e.g.:  kernels/seqres/ncu_counters.sh l2 $OUT 1 "" 7 "gemm_loop=nested block_n=64 block_n_wide=64"
 set -uo pipefail
 mode=$1; out=$2; shift 2
