@@ -16,7 +16,7 @@ import gzip
 import re
 from collections import Counter
 
-# (class, opcode prefixes); first match wins. "flag sync": the group barrier's release, polls and L1 invalidations.
+# (class, opcodes: the part before the first dot). "flag sync": the group barrier's release, polls and L1 invalidations.
 CLASSES = [
     ("wgmma", ("HGMMA", "WARPGROUP")),
     ("mma.sync", ("HMMA",)),
@@ -39,8 +39,8 @@ def opcode(sass: str) -> str:
 
 def klass(op: str) -> str:
     base = op.split(".")[0]
-    for name, prefixes in CLASSES:
-        if base in prefixes or (name == "global load/store" and base in ("LDG", "STG")):
+    for name, opcodes in CLASSES:
+        if base in opcodes:
             return name
     return "other (integer, fp32, control)"
 
