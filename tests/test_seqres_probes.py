@@ -22,6 +22,15 @@ from kernels.seqres.gluon_gemm import instr_n, ws_maxnreg
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _run_compiled(args, timeout=600):
+    """Run ``python args...`` from the repo root without the Triton interpreter (the sm_90a compile checks need
+    the real compiler, no GPU); fails the test with its stderr if it fails, else returns its stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
 def _max_over_tol(scheme, attn=None, scale=1.0, seed=0, ln_fold=False):
     case = load_case("smoke1")
     w = make_weights(case)
@@ -74,12 +83,9 @@ def test_ws_register_cap_fits_the_register_file():
 
 
 def test_gluon_gemm_compiles_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, "-m", "kernels.seqres.gluon_gemm"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    lines = p.stdout.strip().splitlines()
-    assert len(lines) == 4, p.stdout
+    out = _run_compiled(["-m", "kernels.seqres.gluon_gemm"])
+    lines = out.strip().splitlines()
+    assert len(lines) == 4, out
     for ln in lines:
         fields = dict(f.split("=") for f in ln.split(": ", 1)[1].split())
         assert int(fields["wgmma"]) > 0 and int(fields["tma"]) > 0, ln
@@ -106,13 +112,11 @@ def test_f16f8_operands_represent_the_product():
 def test_ca_hook_rewrites_every_async_copy():
     """gemm_probe's pair_ca form depends on a compile-stage hook turning cp.async.cg into cp.async.ca (sm_90a,
     no GPU needed; in a subprocess without the interpreter, as the Gluon test); the PTX must still assemble."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from kernels.seqres.gemm_probe import aot_pair_ca; k = aot_pair_ca(); p = k.asm['ptx']; "
             "print(p.count('cp.async.ca.shared.global'), p.count('cp.async.cg'), len(k.asm['cubin']))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    ca, cg, cubin = map(int, p.stdout.split())
-    assert ca > 0 and cg == 0 and cubin > 0, p.stdout
+    out = _run_compiled(["-c", code])
+    ca, cg, cubin = map(int, out.split())
+    assert ca > 0 and cg == 0 and cubin > 0, out
 
 
 def test_barrier_probe_kernel_runs_its_barriers_in_the_interpreter():
@@ -134,15 +138,13 @@ def test_barrier_probe_kernel_runs_its_barriers_in_the_interpreter():
 def test_st_release_barrier_forms_assemble():
     """group_barrier MODE 5 and 6 (``barrier: flags_st | flags_relaxed``, GPU only) publish with st.release and
     poll with ld.acquire, or ld.relaxed and one fence after the spin: their PTX must assemble for sm_90a."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from kernels.seqres.barrier_probe import aot_barrier\n"
             "for m in (5, 6):\n"
             "    p = aot_barrier(m).asm['ptx']\n"
             "    print(m, p.count('st.release.gpu'), p.count('ld.acquire.gpu'), p.count('ld.relaxed.gpu'),"
             " p.count('fence.acq_rel.gpu'), p.count('atom.'))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rows = {int(r.split()[0]): list(map(int, r.split()[1:])) for r in p.stdout.strip().splitlines()}
+    out = _run_compiled(["-c", code])
+    rows = {int(r.split()[0]): list(map(int, r.split()[1:])) for r in out.strip().splitlines()}
     st5, acq5, rlx5, fence5, _ = rows[5]
     st6, acq6, rlx6, fence6, _ = rows[6]
     assert st5 > 0 and acq5 > 0 and rlx5 == 0 and fence5 == 0, rows
@@ -163,15 +165,13 @@ def test_counter_t0_barrier_assembles_and_maps():
     assert "red.relaxed.gpu" in mode_asm(10) and "fence.acq_rel.gpu" in mode_asm(15)
     with pytest.raises(ValueError, match="counter_t0"):
         _barrier_mode("counter_t1", False)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from kernels.seqres.barrier_probe import aot_barrier\n"
             "p = aot_barrier(7).asm['ptx']\n"
             "print(p.count('red.release.gpu.global.add.s32'), p.count('ld.acquire.gpu.global.b32'),"
             " p.count('@p bra DONE'))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    red, acq, guard = map(int, p.stdout.split())
-    assert red == acq == guard == 4, p.stdout  # one per barrier of the probe's 4 (NB = 4, unrolled)
+    out = _run_compiled(["-c", code])
+    red, acq, guard = map(int, out.split())
+    assert red == acq == guard == 4, out  # one per barrier of the probe's 4 (NB = 4, unrolled)
 
 
 def test_acc_reset_select_keeps_wgmma_asynchronous():
@@ -179,17 +179,15 @@ def test_acc_reset_select_keeps_wgmma_asynchronous():
     default) ptxas serializes every wgmma of the kernel (its C7514 note); zeroed by a select at a tile's first K step
     (``select``) it keeps them in flight (docs/seqres.md measures both). Case 1's defaults are the flat loop; compiled
     for sm_90a without a GPU, in a subprocess without the interpreter."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("from kernels.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
             "from kernels.cases import load_case\n"
             "for ars in ('select', 'branch'):\n"
             "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars})\n"
             "    print(ars, meta['FLAT'], meta['NEST'], wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rows = {r.split()[0]: r.split()[1:] for r in p.stdout.strip().splitlines()}
-    assert rows["select"] == ["1", "False", "False"], p.stdout
-    assert rows["branch"] == ["1", "False", "True"], p.stdout
+    out = _run_compiled(["-c", code], timeout=900)
+    rows = {r.split()[0]: r.split()[1:] for r in out.strip().splitlines()}
+    assert rows["select"] == ["1", "False", "False"], out
+    assert rows["branch"] == ["1", "False", "True"], out
 
 
 def test_sass_regions_sums_samples_by_instruction_class(tmp_path):
