@@ -68,9 +68,8 @@ def ptxas_info(ptx: str, arch: int) -> str:
     return out.stdout + out.stderr
 
 
-def ptxas_usage(ptx: str, arch: int, txt: str | None = None) -> tuple[int, int]:
-    """(registers per thread, spill store bytes) from ``ptxas -v`` on the kernel's PTX (or its output ``txt``)."""
-    txt = ptxas_info(ptx, arch) if txt is None else txt
+def ptxas_usage(txt: str) -> tuple[int, int]:
+    """(registers per thread, spill store bytes) from ``ptxas -v`` output (``ptxas_info``)."""
     regs = re.search(r"Used (\d+) registers", txt)
     spill = re.search(r"(\d+) bytes spill stores", txt)
     return (int(regs.group(1)) if regs else -1, int(spill.group(1)) if spill else -1)
@@ -148,7 +147,7 @@ def main(argv=None):
         ptx = k.asm.get("ptx", "")
         sass_info = k.metadata
         txt = ptxas_info(ptx, k.metadata.target.arch)
-        regs, spills = ptxas_usage(ptx, k.metadata.target.arch, txt)
+        regs, spills = ptxas_usage(txt)
         print(f"{case.name}: compiled in {dt:.1f}s regs={regs} spill_bytes={spills} shared={sass_info.shared} "
               f"wgmma_serialized={wgmma_serialized(txt)} "
               f"G={meta['G']} R={meta['R']} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} "
