@@ -259,6 +259,15 @@ SWEEP = {
     "pub_ars": dict(published=True, acc_reset="select"),
     "pub_flat_ars": dict(published=True, gemm_loop="flat", acc_reset="select"),
     "pub_flat_auto_ars": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto", acc_reset="select"),
+    # session 14: one program of 8 warps per SM (two warpgroups share each GEMM tile: half the epilogue per thread, and
+    # ptxas keeps the wgmma asynchronous) with the shared memory of the whole SM for deeper GEMM pipelines
+    "w8": dict(num_warps=8, ctas_per_sm=1),
+    "w8_s4": dict(num_warps=8, ctas_per_sm=1, num_stages=4, attn_stages=3),
+    "w8_s5": dict(num_warps=8, ctas_per_sm=1, num_stages=5, attn_stages=3),
+    "w8_bm128_s4": dict(num_warps=8, ctas_per_sm=1, block_m=128, num_stages=4, attn_stages=3),
+    "pub_w8": dict(published=True, num_warps=8, ctas_per_sm=1),
+    "pub_w8_s4": dict(published=True, num_warps=8, ctas_per_sm=1, num_stages=4, attn_stages=3),
+    "pub_w8_s5": dict(published=True, num_warps=8, ctas_per_sm=1, num_stages=5, attn_stages=3),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }
