@@ -37,6 +37,74 @@ def gelu_erf_poly(x, PTX: tl.constexpr):
     return x * tl.where(x < 0, c, 1.0 - c)
 
 
+# Paired access from an MMA layout (GPU only: inline PTX; ``epilogue_io: mma``). A wgmma / mma.sync accumulator
+# gives each thread pairs of adjacent columns, which pack=2 hands to one asm instance as consecutive elements; the
+# asm addresses the pair through its first element's pointer (8-byte aligned for fp32, 4-byte for bf16: even
+# columns, even row strides). Only for tensors in such a layout: the caller's tile comes from a dot. Pointers go
+# in as int64 (inline asm cannot broadcast a pointer against a value); masks as int32, predicating the access.
+
+@triton.jit
+def ld_pairs_f32(ptrs, mask):
+    """fp32 loads of column pairs through L2 (``ld.global.cg.v2.f32``); 0 where ``mask`` is false."""
+    a = ptrs.to(tl.int64, bitcast=True)
+    if mask is None:
+        r = tl.inline_asm_elementwise("ld.global.cg.v2.f32 {$0, $1}, [$2];", "=f,=f,l,l", [a],
+                                      dtype=tl.float32, is_pure=False, pack=2)
+    else:
+        r = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $4, 0; mov.b32 $0, 0; mov.b32 $1, 0;\n\t"
+            "@p ld.global.cg.v2.f32 {$0, $1}, [$2]; }", "=f,=f,l,l,r,r", [a, mask.to(tl.int32)],
+            dtype=tl.float32, is_pure=False, pack=2)
+    return r
+
+
+@triton.jit
+def st_pairs_f32(ptrs, x, mask):
+    """fp32 stores of column pairs (``st.global.v2.f32``) where ``mask``. Returns zeros (inline PTX needs an output)."""
+    a = ptrs.to(tl.int64, bitcast=True)
+    if mask is None:
+        r = tl.inline_asm_elementwise("st.global.v2.f32 [$2], {$4, $5};\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;",
+                                      "=r,=r,l,l,f,f", [a, x], dtype=tl.int32, is_pure=False, pack=2)
+    else:
+        r = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $6, 0; @p st.global.v2.f32 [$2], {$4, $5}; }\n\tmov.b32 $0, 0;\n\t"
+            "mov.b32 $1, 0;", "=r,=r,l,l,f,f,r,r", [a, x, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=2)
+    return r
+
+
+@triton.jit
+def st_pairs_bf16(ptrs, x, mask):
+    """bf16 stores of column pairs, one 4-byte ``st.global.b32`` each (pack=2 packs two 16-bit values into one
+    register, the first element in the low half)."""
+    a = ptrs.to(tl.int64, bitcast=True)
+    v = x.to(tl.int16, bitcast=True)
+    if mask is None:
+        r = tl.inline_asm_elementwise("st.global.b32 [$2], $4;\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;",
+                                      "=r,=r,l,l,r", [a, v], dtype=tl.int32, is_pure=False, pack=2)
+    else:
+        r = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $5, 0; @p st.global.b32 [$2], $4; }\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;",
+            "=r,=r,l,l,r,r,r", [a, v, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=2)
+    return r
+
+
+@triton.jit
+def red_pairs_f32(ptrs, x, mask):
+    """``ptrs += x`` for column pairs, one relaxed gpu-scope vector reduction each (``red.global.add.v2.f32``,
+    sm_90), where ``mask``."""
+    a = ptrs.to(tl.int64, bitcast=True)
+    if mask is None:
+        r = tl.inline_asm_elementwise(
+            "red.relaxed.gpu.global.add.v2.f32 [$2], {$4, $5};\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;",
+            "=r,=r,l,l,f,f", [a, x], dtype=tl.int32, is_pure=False, pack=2)
+    else:
+        r = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $6, 0; @p red.relaxed.gpu.global.add.v2.f32 [$2], {$4, $5}; }\n\t"
+            "mov.b32 $0, 0;\n\tmov.b32 $1, 0;", "=r,=r,l,l,f,f,r,r", [a, x, mask.to(tl.int32)], dtype=tl.int32,
+            is_pure=False, pack=2)
+    return r
+
+
 @triton.jit
 def layernorm_rows(x, w, b, mask_d, D: tl.constexpr, EPS: tl.constexpr):
     """LayerNorm over the last axis of a [M, BLOCK_D] fp32 tile (columns >= D masked by ``mask_d``),
