@@ -273,6 +273,7 @@ SWEEP = {
     "pub_mio": dict(published=True, epilogue_io="mma"),
     "pub_mio_s4": dict(published=True, epilogue_io="mma", num_stages=4, attn_stages=3),
     "pub_s4": dict(published=True, num_stages=4, attn_stages=3),
+    "pub_red": dict(published=True, epilogue_io="red"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

@@ -60,7 +60,7 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 
 @triton.jit
 def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
-    """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1 and 3: bf16;
+    """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1, 3, 5: bf16;
     2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
     if SPLIT:
         hi, lo = split_bf16(x, SPLIT % 2 == 1)
@@ -475,7 +475,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                          ".cg", SPLIT_OUT)
     else:
         _store_mma(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
-                   mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT, SPLIT_OUT == 3)
+                   mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT, SPLIT_OUT == 5)
 
 
 @triton.jit
@@ -498,7 +498,7 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
         o += tl.where(hd == 0, bias, 0.0)[None, :]
-        _add_mma(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask_q[:, None] & mask_n[None, :], SPLIT == 3)
+        _add_mma(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask_q[:, None] & mask_n[None, :], SPLIT >= 3)
 
 
 @triton.jit
@@ -612,10 +612,10 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
         tl.static_assert(RESID and not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
         acc += tl.where(first, bias, 0.0)[None, :]
         if whole:
-            acc += _load_resid(r_ptr + optrs, omask, CM, PRESPLIT == 3)
-            _store_mma(o_ptr, o_ptr, optrs, omask, acc, 0, PRESPLIT == 3)
+            acc += _load_resid(r_ptr + optrs, omask, CM, PRESPLIT == 5)
+            _store_mma(o_ptr, o_ptr, optrs, omask, acc, 0, PRESPLIT == 5)
         else:
-            _add_mma(o_ptr + optrs, acc, omask, PRESPLIT == 3)
+            _add_mma(o_ptr + optrs, acc, omask, PRESPLIT >= 3)
     else:
         acc += bias[None, :]
         if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
@@ -623,8 +623,8 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
         elif GELU:
             acc = gelu_erf(acc)
         if RESID:
-            acc += _load_resid(r_ptr + optrs, omask, CM, PRESPLIT == 3)
-        _store_mma(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT, PRESPLIT == 3)
+            acc += _load_resid(r_ptr + optrs, omask, CM, PRESPLIT == 5)
+        _store_mma(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT, PRESPLIT == 5)
 
 
 @triton.jit
@@ -866,7 +866,7 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
         out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
         out = tl.dot(h_hi, w2_hi2, out, input_precision=PREC)
         out += tl.where(c == 0, b2, 0.0)[None, :]
-        _add_mma(y_ptr + rows[:, None] * D + offs_n[None, :], out, omask, PRESPLIT == 3)
+        _add_mma(y_ptr + rows[:, None] * D + offs_n[None, :], out, omask, PRESPLIT >= 3)
 
 
 @triton.jit
@@ -945,7 +945,7 @@ def _ln_linear_phase(y_ptr, lnw_ptr, lnb_ptr,  # LN1 of y, computed by each prog
             acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
         omask = (offs_m < tl.where(t < NT, M, 0))[:, None] & (offs_n < N)[None, :]
         _store_mma(o_ptr, olo_ptr, (row0 + offs_m)[:, None] * LDO + offs_n[None, :], omask, acc, PRESPLIT,
-                   PRESPLIT == 3)
+                   PRESPLIT == 5)
 
 
 @triton.jit
