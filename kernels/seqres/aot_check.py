@@ -31,9 +31,9 @@ def compile_case(case, params: dict, arch: int = 90):
     for n in names:
         if n in meta:
             sig[n] = "constexpr"
-        elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] % 2 == 1:
+        elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
-        elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["FLAT"] and meta["PRESPLIT"] % 2 == 1:
+        elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["FLAT"] and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
         elif n in ("flags_ptr", "cnt_ptr", "err_ptr"):
             sig[n] = "*i32"

@@ -268,12 +268,10 @@ SWEEP = {
     "pub_w8": dict(published=True, num_warps=8, ctas_per_sm=1),
     "pub_w8_s4": dict(published=True, num_warps=8, ctas_per_sm=1, num_stages=4, attn_stages=3),
     "pub_w8_s5": dict(published=True, num_warps=8, ctas_per_sm=1, num_stages=5, attn_stages=3),
-    # session 14: epilogue_io: mma (GEMM / attention outputs stored, loaded and added in the MMA layout: no layout
-    # conversion through shared memory), and the 4-stage GEMM pipeline its freed shared memory allows on the flat loop
-    "pub_mio": dict(published=True, epilogue_io="mma"),
-    "pub_mio_s4": dict(published=True, epilogue_io="mma", num_stages=4, attn_stages=3),
+    # session 14: epilogue_io (GEMM / attention outputs stored, loaded and added in the MMA layout, no layout conversion
+    # through shared memory): pub_mio (everything), pub_mio_s4 (+ 4 stages), pub_red (the atomics only), measured at
+    # 48a6054 / 3fe4dfc and removed with the option (docs/seqres.md, session 14); pub_s4: 4 stages without it
     "pub_s4": dict(published=True, num_stages=4, attn_stages=3),
-    "pub_red": dict(published=True, epilogue_io="red"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

@@ -217,13 +217,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         # bf16 operands ignore input_precision ("tf32" is Triton's default); the interpreter holds the
         # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
         presplit = 2 if interpret else 1
-        mio = {"convert": 1, "red": 3, "mma": 5}.get(o["epilogue_io"])
-        if mio is None:
-            raise ValueError(f"seqres: epilogue_io={o['epilogue_io']!r}: convert (Triton's stores and atomics, "
-                             "through a layout conversion in shared memory), red (the atomics as vector reductions "
-                             "in the MMA layout) or mma (stores, residual loads and atomics in the MMA layout)")
-        if not interpret:  # 1, 3, 5: bf16 operands; 3: the atomics, 5: all GEMM/attention output in the MMA layout
-            presplit = mio
         precs.update({k: "ieee" if interpret else "tf32" for k in lin})
     loops = {"tiled": 0, "flat": 1, "nested": 1}  # nested: the flat phases' pre-split A, loops per tile
     if o["gemm_loop"] not in loops:
@@ -437,7 +430,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
-        sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] % 2 == 1 else torch.float32)
+        sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
         scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
                        f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
     else:

@@ -30,8 +30,7 @@ import triton
 import triton.language as tl
 
 from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked, ld_pairs_f32, red_pairs_f32, split_bf16, st_pairs_bf16,
-                                 st_pairs_f32)
+                                 layernorm_stats_chunked, split_bf16)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -60,41 +59,14 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 
 @triton.jit
 def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
-    """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1, 3, 5: bf16;
+    """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
     2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
     if SPLIT:
-        hi, lo = split_bf16(x, SPLIT % 2 == 1)
+        hi, lo = split_bf16(x, SPLIT == 1)
         tl.store(o_ptr + offs, hi, mask=mask)
         tl.store(olo_ptr + offs, lo, mask=mask)
     else:
         tl.store(o_ptr + offs, x, mask=mask)
-
-
-@triton.jit
-def _store_mma(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr, MIO: tl.constexpr):
-    """``_store`` of a tile held in an MMA layout (a GEMM accumulator, an attention output). MIO (``epilogue_io:
-    mma``, GPU): each thread writes its pairs of adjacent columns with one 8-byte (fp32) or 4-byte (bf16 pair)
-    store from the registers where the MMA left them, so Triton inserts no layout conversion through shared
-    memory before the store."""
-    if MIO:
-        if SPLIT:
-            hi, lo = split_bf16(x, True)
-            st_pairs_bf16(o_ptr + offs, hi, mask)
-            st_pairs_bf16(olo_ptr + offs, lo, mask)
-        else:
-            st_pairs_f32(o_ptr + offs, x, mask)
-    else:
-        _store(o_ptr, olo_ptr, offs, mask, x, SPLIT)
-
-
-@triton.jit
-def _add_mma(ptrs, x, mask, MIO: tl.constexpr):
-    """``ptrs += x`` with relaxed gpu-scope atomics (the group barrier's release/acquire orders them); MIO: vector
-    reductions of column pairs from the MMA layout (``red_pairs_f32``)."""
-    if MIO:
-        red_pairs_f32(ptrs, x, mask)
-    else:
-        tl.atomic_add(ptrs, x, mask=mask, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -321,7 +293,7 @@ def _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k
     else:
         # presplit weights: only A is split here. PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16
         # values (interpreter: exact products)
-        a_hi, a_lo = split_bf16(a, PRESPLIT % 2 == 1)
+        a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
         acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N, PREC)
     return acc
 
@@ -414,7 +386,7 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
         p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if QS:
-        p_hi, p_lo = split_bf16(p, QS % 2 == 1)
+        p_hi, p_lo = split_bf16(p, QS == 1)
         acc = acc * alpha[:, None] + dot_split(p_hi, p_lo, v, v_lo, tl.zeros_like(acc), True, True, PREC)
     else:
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
@@ -474,8 +446,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                 _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
                          ".cg", SPLIT_OUT)
     else:
-        _store_mma(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
-                   mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT, SPLIT_OUT == 5)
+        _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+               mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
 
 
 @triton.jit
@@ -485,7 +457,7 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
     """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0) with atomics, in BN2-wide column blocks:
     ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
     interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
-    o_hi, o_lo = split_bf16(out, SPLIT % 2 == 1)
+    o_hi, o_lo = split_bf16(out, SPLIT == 1)
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     w_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]   # [BDH, BN2], hi rows
@@ -498,7 +470,8 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
         o += tl.where(hd == 0, bias, 0.0)[None, :]
-        _add_mma(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask_q[:, None] & mask_n[None, :], SPLIT >= 3)
+        tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
+                      sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -534,16 +507,6 @@ def _layer(y_ptr, a_ptr, qkv_ptr, f_ptr,
                   y_ptr, y_ptr, row0, rank, M, D, 4 * D, False, False, True, P_FFN2, PRESPLIT, R, BM, BN, BK, CM,
                   LN_STATS, LN_CHUNK, BLOCKED)
     _sync(flags_ptr, rank, bar + 4, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-
-
-@triton.jit
-def _load_resid(ptrs, mask, CM: tl.constexpr, MIO: tl.constexpr):
-    """The residual tile of a GEMM epilogue (through L2), in the accumulator's MMA layout when MIO."""
-    if MIO:
-        x = ld_pairs_f32(ptrs, mask)
-    else:
-        x = _load_tile(ptrs, mask, CM)
-    return x
 
 
 @triton.jit
@@ -612,19 +575,19 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
         tl.static_assert(RESID and not GELU and SPLIT_OUT == 0, "stream-K pieces add into the residual output")
         acc += tl.where(first, bias, 0.0)[None, :]
         if whole:
-            acc += _load_resid(r_ptr + optrs, omask, CM, PRESPLIT == 5)
-            _store_mma(o_ptr, o_ptr, optrs, omask, acc, 0, PRESPLIT == 5)
+            acc += _load_tile(r_ptr + optrs, omask, CM)
+            tl.store(o_ptr + optrs, acc, mask=omask)
         else:
-            _add_mma(o_ptr + optrs, acc, omask, PRESPLIT >= 3)
+            tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
     else:
         acc += bias[None, :]
         if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
-            acc = gelu_erf_poly(acc, PRESPLIT % 2 == 1)
+            acc = gelu_erf_poly(acc, PRESPLIT == 1)
         elif GELU:
             acc = gelu_erf(acc)
         if RESID:
-            acc += _load_resid(r_ptr + optrs, omask, CM, PRESPLIT == 5)
-        _store_mma(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT, PRESPLIT == 5)
+            acc += _load_tile(r_ptr + optrs, omask, CM)
+        _store(o_ptr, olo_ptr, optrs, omask, acc, SPLIT_OUT)
 
 
 @triton.jit
@@ -843,12 +806,12 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
     else:
         acc += tl.load(b1_ptr + offs_h, mask=offs_h < F, other=0.0)[None, :]
     if GELU == 2:
-        acc = gelu_erf_poly(acc, PRESPLIT % 2 == 1)
+        acc = gelu_erf_poly(acc, PRESPLIT == 1)
     else:
         acc = gelu_erf(acc)
     if not EVEN1:  # hidden columns past 4D (W1 columns and b1 masked to 0 -> GELU(0) = 0 anyway), rows past M
         acc = tl.where((offs_m < M)[:, None] & (offs_h < F)[None, :], acc, 0.0)
-    h_hi, h_lo = split_bf16(acc, PRESPLIT % 2 == 1)
+    h_hi, h_lo = split_bf16(acc, PRESPLIT == 1)
     rows = row0 + offs_m
     for n in range(0, NT2):
         offs_n = n * BN2 + tl.arange(0, BN2)
@@ -866,7 +829,7 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
         out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
         out = tl.dot(h_hi, w2_hi2, out, input_precision=PREC)
         out += tl.where(c == 0, b2, 0.0)[None, :]
-        _add_mma(y_ptr + rows[:, None] * D + offs_n[None, :], out, omask, PRESPLIT >= 3)
+        tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], out, mask=omask, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -887,7 +850,7 @@ def _ln_operand(y_ptr, lnw_ptr, lnb_ptr, row0, tm, M: tl.constexpr, D: tl.conste
         x = tl.load(y_ptr + offs, mask=mask, other=0.0, cache_modifier=CM)
         w = tl.load(lnw_ptr + offs_d, mask=mask_d, other=0.0)
         b = tl.load(lnb_ptr + offs_d, mask=mask_d, other=0.0)
-    return split_bf16(layernorm_rows(x, w, b, mask_d, D, LN_EPS), PRESPLIT % 2 == 1)
+    return split_bf16(layernorm_rows(x, w, b, mask_d, D, LN_EPS), PRESPLIT == 1)
 
 
 @triton.jit
@@ -912,7 +875,7 @@ def _ln_linear_phase(y_ptr, lnw_ptr, lnb_ptr,  # LN1 of y, computed by each prog
     TPP: tl.constexpr = (NT + R - 1) // R
     EVEN: tl.constexpr = (M % BM == 0) and (N % BN == 0) and (D == BD)
     offs_d = tl.arange(0, BD)
-    a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT % 2 == 1)
+    a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
     prev = -1
     # constexpr trip count; steps past the share redo the last tile and store nothing
     for i in tl.range(0, TPP, num_stages=2):
@@ -944,8 +907,7 @@ def _ln_linear_phase(y_ptr, lnw_ptr, lnb_ptr,  # LN1 of y, computed by each prog
         else:
             acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
         omask = (offs_m < tl.where(t < NT, M, 0))[:, None] & (offs_n < N)[None, :]
-        _store_mma(o_ptr, olo_ptr, (row0 + offs_m)[:, None] * LDO + offs_n[None, :], omask, acc, PRESPLIT,
-                   PRESPLIT == 5)
+        _store(o_ptr, olo_ptr, (row0 + offs_m)[:, None] * LDO + offs_n[None, :], omask, acc, PRESPLIT)
 
 
 @triton.jit
