@@ -50,7 +50,7 @@ import triton.language as tl
 
 from ..cases import load_case
 from ..common.split import split_hi_lo
-from ..common.tl_helpers import split_bf16
+from ..common.tl_helpers import gelu_erf_poly, split_bf16
 
 # (name, form, BM, BN, BK, warps, stages)
 CONFIGS = (
@@ -101,6 +101,14 @@ CONFIGS = (
     ("glws_128x128x64_s3_w8", "gluon_ws", 128, 128, 64, 8, 3),
     ("glws_128x256x32_s3_w8", "gluon_ws", 128, 256, 32, 8, 3),
     ("glws_128x256x64_s2_w8", "gluon_ws", 128, 256, 64, 8, 2),
+    # session 14: the split-output epilogue of QKV (bias) and FFN1 (bias + GELU) added (only on those GEMMs): the `tl`
+    # loop, Gluon with the epilogue after the tile's last wait, and Gluon with the epilogue deferred behind the next
+    # tile's first asynchronous wgmma (it runs while the tensor core works)
+    ("ptre_64x128x32_s3", "ptr_epi", 64, 128, 32, 4, 3),
+    ("gle_64x128x32_s4", "gluon_epi", 64, 128, 32, 4, 4),
+    ("gle_64x128x64_s3", "gluon_epi", 64, 128, 64, 4, 3),
+    ("gleo_64x128x32_s4", "gluon_epi_ov", 64, 128, 32, 4, 4),
+    ("gleo_64x128x64_s3", "gluon_epi_ov", 64, 128, 64, 4, 3),
 )
 
 
@@ -151,6 +159,36 @@ def _mm3_ptr(ahi, alo, whi, wlo, c, M, N, K, NT,
     ntn = N // BN
     for t in range(tl.program_id(0), NT, tl.num_programs(0)):
         _mm3_tile(ahi, alo, whi, wlo, c, t // ntn, t % ntn, N, K, BM, BN, BK, STAGES, NEST)
+
+
+@triton.jit
+def _mm3_ptr_epi(ahi, alo, whi, wlo, bias, chi, clo, M, N, K, NT,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, EPI: tl.constexpr):
+    """The ``ptr`` form with the megakernel's split-output epilogue (``*_epi`` forms): out = acc + bias, GELU of it
+    when EPI == 2 (FFN1; the polynomial erf of ``gelu: poly``), split into bf16 hi/lo and stored (QKV, FFN1)."""
+    ntn = N // BN
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    for t in range(tl.program_id(0), NT, tl.num_programs(0)):
+        tm = t // ntn
+        tn = t % ntn
+        a_off, w_off = _tile_offsets(tm, tn, N, K, BM, BN, BK)
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            a_h = tl.load(ahi + a_off + k)
+            a_l = tl.load(alo + a_off + k)
+            w_h = tl.load(whi + w_off + k * N)
+            w_l = tl.load(wlo + w_off + k * N)
+            acc = tl.dot(a_l, w_h, acc)
+            acc = tl.dot(a_h, w_l, acc)
+            acc = tl.dot(a_h, w_h, acc)
+        acc += tl.load(bias + tn * BN + rn)[None, :]
+        if EPI == 2:
+            acc = gelu_erf_poly(acc, True)
+        hi, lo = split_bf16(acc, True)
+        offs = (tm * BM + rm)[:, None] * N + (tn * BN + rn)[None, :]
+        tl.store(chi + offs, hi)
+        tl.store(clo + offs, lo)
 
 
 @triton.jit
@@ -391,7 +429,18 @@ def _slots(kernel, n_sm: int, cap: int = 0) -> int:
 def run_config(form, bm, bn, bk, nw, ns, ops, n_sm, ctas=1, once=False, extra_ops=None, cap=0):
     ahi, alo, whi, wlo, c, M, N, K = ops
     NT = (M // bm) * (N // bn)
-    if form in ("gluon", "gluon_ws"):
+    if form in ("gluon_epi", "gluon_epi_ov"):
+        from .gluon_gemm import descriptors, instr_n, mm3_gluon_epi
+        descs = descriptors(ahi, alo, whi, wlo, bm, bn, bk)
+        bias, chi, clo, epi = extra_ops
+        launch = lambda g: mm3_gluon_epi[(g,)](*descs, bias, chi, clo, N, K, NT, STAGES=ns,  # noqa: E731
+                                               INSTR_N=instr_n(bm, bn, nw), EPI=epi,
+                                               OVERLAP=form == "gluon_epi_ov", num_warps=nw)
+    elif form == "ptr_epi":
+        bias, chi, clo, epi = extra_ops
+        launch = lambda g: _mm3_ptr_epi[(g,)](ahi, alo, whi, wlo, bias, chi, clo, M, N, K, NT, BM=bm, BN=bn,  # noqa: E731
+                                              BK=bk, STAGES=ns, EPI=epi, num_warps=nw)
+    elif form in ("gluon", "gluon_ws"):
         from .gluon_gemm import descriptors, instr_n, mm3_gluon, mm3_gluon_ws, ws_maxnreg
         descs = descriptors(ahi, alo, whi, wlo, bm, bn, bk)
         inn = instr_n(bm, bn, nw)
@@ -476,6 +525,15 @@ def main():
             a3 = torch.cat([alo, ahi, ahi], 1)
             w3 = torch.cat([whi, wlo, whi], 0)
             c = torch.empty(M, N, device="cuda")
+            epi = {"qkv": 1, "ffn1": 2}.get(name, 0)
+            epi_ops = ref_epi = None
+            if epi:  # the *_epi forms: bias (+ GELU) and the split store into hi/lo outputs
+                bias = torch.randn(N, device="cuda", generator=g) * 0.1
+                epi_ops = (bias, torch.empty(M, N, device="cuda", dtype=torch.bfloat16),
+                           torch.empty(M, N, device="cuda", dtype=torch.bfloat16), epi)
+                ref_epi = ref + bias
+                if epi == 2:
+                    ref_epi = torch.nn.functional.gelu(ref_epi)
             if args.once:
                 torch.matmul(a3, w3)
                 r = dict(case=n, gemm=name, M=M, N=N, K=K, layers=case.L, cublas_us=float("nan"))
@@ -488,15 +546,24 @@ def main():
                     continue
                 if M % bm or N % bn or (3 * K if form == "k3" else K) % bk or (form.startswith("pair") and M % (2 * bm)):
                     continue
+                if "epi" in form and not epi:
+                    continue
                 try:
                     c.zero_()
+                    if epi_ops:
+                        epi_ops[1].zero_()
+                        epi_ops[2].zero_()
                     ms, grid, k = run_config(form, bm, bn, bk, nw, ns, (ahi, alo, whi, wlo, c, M, N, K), n_sm,
                                              ctas=2 if cname.endswith("_2cta") else 1, once=args.once,
                                              extra_ops=(f8_ops if form.startswith("f16f8") else
-                                                        (a3i, w3i) if form == "k3" else fold_ops),
+                                                        (a3i, w3i) if form == "k3" else
+                                                        epi_ops if "epi" in form else fold_ops),
                                              cap=args.ctas_per_sm)
                     want = ref_ln if form == "ptr_lnfold" else ref_f8 if form.startswith("f16f8") else ref
-                    err = float((c - want).abs().max())
+                    if "epi" in form:
+                        err = float((epi_ops[1].float() + epi_ops[2].float() - ref_epi).abs().max())
+                    else:
+                        err = float((c - want).abs().max())
                     r[cname] = dict(us=1e3 * ms, grid=grid, regs=k.n_regs, smem=k.metadata.shared,
                                     warps=k.metadata.num_warps, max_err=err,
                                     tflops=2 * M * N * 3 * K / (ms * 1e-3) / 1e12)

@@ -99,6 +99,105 @@ def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
 
 
 @gluon.jit
+def _gelu_poly(x):
+    """GELU with the erf of Abramowitz & Stegun 7.1.26, as ``tl_helpers.gelu_erf_poly`` (PTX rcp / ex2)."""
+    d = 1.0 + 0.23164189906752 * gl.abs(x)
+    e = x * (x * -0.7213475204444817)
+    t = gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [d], dtype=gl.float32, is_pure=True, pack=1)
+    g = gl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [e], dtype=gl.float32, is_pure=True, pack=1)
+    p = t * (0.127414796 + t * (-0.142248368 + t * (0.7107068705 + t * (-0.7265760135 + t * 0.5307027145))))
+    c = p * g
+    return x * gl.where(x < 0, c, 1.0 - c)
+
+
+@gluon.jit
+def _epilogue(acc, t, bias_ptr, chi_ptr, clo_ptr, N, NTN, BM: gl.constexpr, BN: gl.constexpr,
+              EPI: gl.constexpr, mma: gl.constexpr, num_warps: gl.constexpr):
+    """Tile t's split-output epilogue: acc + bias (GELU of it when EPI == 2), split into bf16 hi + lo, stored through
+    a coalesced layout (16-byte stores), as the megakernel's QKV / FFN1 epilogues."""
+    row = (t // NTN) * BM
+    col = (t % NTN) * BN
+    rn = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
+    x = acc + gl.load(bias_ptr + col + rn)[None, :]
+    if EPI == 2:
+        x = _gelu_poly(x)
+    hi = x.to(gl.bfloat16)
+    lo = (x - hi.to(gl.float32)).to(gl.bfloat16)
+    out: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // BN, BN // 8], [num_warps, 1], [1, 0])
+    hi = gl.convert_layout(hi, out)
+    lo = gl.convert_layout(lo, out)
+    om = gl.arange(0, BM, layout=gl.SliceLayout(1, out))
+    on = gl.arange(0, BN, layout=gl.SliceLayout(0, out))
+    offs = (row + om)[:, None] * N + (col + on)[None, :]
+    gl.store(chi_ptr + offs, hi)
+    gl.store(clo_ptr + offs, lo)
+
+
+@gluon.jit
+def mm3_gluon_epi(ahi_d, alo_d, whi_d, wlo_d, bias_ptr, chi_ptr, clo_ptr, N, K, NT,
+                  STAGES: gl.constexpr, INSTR_N: gl.constexpr, EPI: gl.constexpr, OVERLAP: gl.constexpr,
+                  num_warps: gl.constexpr):
+    """``mm3_gluon`` with the split-output epilogue (``_epilogue``). OVERLAP: a finished tile's epilogue is deferred
+    to the next step, after that step's three wgmma are issued, so it runs while the tensor core works on the next
+    tile (its accumulator is a copy; the loop carries it with the tile index); else it runs after the tile's last
+    wait, with the tensor core idle."""
+    BM: gl.constexpr = ahi_d.block_type.shape[0]
+    BK: gl.constexpr = ahi_d.block_type.shape[1]
+    BN: gl.constexpr = whi_d.block_type.shape[1]
+    dt: gl.constexpr = ahi_d.dtype
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, INSTR_N, 16])
+    a_hi = gl.allocate_shared_memory(dt, [STAGES, BM, BK], ahi_d.layout)
+    a_lo = gl.allocate_shared_memory(dt, [STAGES, BM, BK], alo_d.layout)
+    w_hi = gl.allocate_shared_memory(dt, [STAGES, BK, BN], whi_d.layout)
+    w_lo = gl.allocate_shared_memory(dt, [STAGES, BK, BN], wlo_d.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    NTN = N // BN
+    KT = K // BK
+    n_tiles = (NT - pid + nprog - 1) // nprog
+    total = n_tiles * KT
+
+    for s in gl.static_range(STAGES - 1):
+        _issue_loads(s, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w_hi, w_lo, bars, NTN, total,
+                     STAGES)
+
+    acc = gl.zeros([BM, BN], gl.float32, layout=mma)
+    done = gl.zeros([BM, BN], gl.float32, layout=mma)
+    for step in range(total):
+        slot = step % STAGES
+        kk = step % KT
+        mbarrier.wait(bars.index(slot), (step // STAGES) & 1)
+        acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+        if OVERLAP:
+            if (kk == 0) & (step > 0):  # the previous tile's epilogue, while this step's wgmma run
+                _epilogue(done, pid + (step // KT - 1) * nprog, bias_ptr, chi_ptr, clo_ptr, N, NTN, BM, BN, EPI,
+                          mma, num_warps)
+        acc = warpgroup_mma_wait(3, deps=(acc, ))
+        _issue_loads(step + STAGES - 1, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w_hi, w_lo,
+                     bars, NTN, total, STAGES)
+        if kk == KT - 1:
+            acc = warpgroup_mma_wait(0, deps=(acc, ))
+            if OVERLAP:
+                done = acc + 0.0
+            else:
+                _epilogue(acc, pid + (step // KT) * nprog, bias_ptr, chi_ptr, clo_ptr, N, NTN, BM, BN, EPI, mma,
+                          num_warps)
+    if OVERLAP:
+        if total > 0:
+            _epilogue(done, pid + (n_tiles - 1) * nprog, bias_ptr, chi_ptr, clo_ptr, N, NTN, BM, BN, EPI, mma,
+                      num_warps)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+
+@gluon.jit
 def _ws_loader(descs, bars, bufs, pid, nprog, NTN, KT, total, STAGES: gl.constexpr):
     """Producer partition (1 warp): refill a slot as soon as the MMA partition has released it."""
     ahi_d, alo_d, whi_d, wlo_d = descs
@@ -202,21 +301,29 @@ def ws_maxnreg(num_warps: int, ctas: int = 1) -> int:
     return min(256, 65536 // (32 * (num_warps + 4) * ctas)) // 8 * 8
 
 
-def aot_compile(ws: bool, bm: int, bn: int, bk: int, num_warps: int, stages: int, ctas: int = 1):
-    """Compile ``mm3_gluon`` (``ws``: ``mm3_gluon_ws``) for sm_90a without a GPU."""
+def aot_compile(ws: bool, bm: int, bn: int, bk: int, num_warps: int, stages: int, ctas: int = 1, epi: int = 0,
+                overlap: bool = False):
+    """Compile ``mm3_gluon`` (``ws``: ``mm3_gluon_ws``; ``epi`` 1/2: ``mm3_gluon_epi`` with that epilogue) for
+    sm_90a without a GPU."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
-    fn = mm3_gluon_ws if ws else mm3_gluon
+    fn = mm3_gluon_epi if epi else mm3_gluon_ws if ws else mm3_gluon
     a = torch.empty(1024, 1024, dtype=torch.bfloat16)
     names = list(fn.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descriptors(a, a, a, a, bm, bn, bk))}
-    sig.update(c_ptr="*fp32", N="i32", K="i32", NT="i32", STAGES="constexpr", INSTR_N="constexpr",
-               num_warps="constexpr")
+    sig.update(N="i32", K="i32", NT="i32", STAGES="constexpr", INSTR_N="constexpr", num_warps="constexpr")
     cex = dict(STAGES=stages, INSTR_N=instr_n(bm, bn, num_warps), num_warps=num_warps)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("c_ptr", "N", "K")}
+    if epi:
+        sig.update(bias_ptr="*fp32", chi_ptr="*bf16", clo_ptr="*bf16", EPI="constexpr", OVERLAP="constexpr")
+        cex.update(EPI=epi, OVERLAP=overlap)
+        ptrs = ("bias_ptr", "chi_ptr", "clo_ptr")
+    else:
+        sig.update(c_ptr="*fp32")
+        ptrs = ("c_ptr",)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*ptrs, "N", "K")}
     src = GluonASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
     opts = dict(num_warps=num_warps)
     if ws:
@@ -225,11 +332,13 @@ def aot_compile(ws: bool, bm: int, bn: int, bk: int, num_warps: int, stages: int
 
 
 def main():
-    for ws, bm, bn, bk, nw, ns in ((False, 64, 128, 32, 4, 4), (False, 128, 128, 64, 8, 3),
-                                   (True, 64, 128, 64, 4, 4), (True, 128, 128, 64, 8, 3)):
-        k = aot_compile(ws, bm, bn, bk, nw, ns)
+    for ws, bm, bn, bk, nw, ns, epi, ov in ((False, 64, 128, 32, 4, 4, 0, False), (False, 128, 128, 64, 8, 3, 0, False),
+                                            (True, 64, 128, 64, 4, 4, 0, False), (True, 128, 128, 64, 8, 3, 0, False),
+                                            (False, 64, 128, 32, 4, 4, 2, False), (False, 64, 128, 32, 4, 4, 2, True)):
+        k = aot_compile(ws, bm, bn, bk, nw, ns, epi=epi, overlap=ov)
         ptx = k.asm["ptx"]
-        print(f"{'mm3_gluon_ws' if ws else 'mm3_gluon'} {bm}x{bn}x{bk} w{nw} s{ns}: warps={k.metadata.num_warps} "
+        name = f"mm3_gluon_epi{epi}{'_ov' if ov else ''}" if epi else "mm3_gluon_ws" if ws else "mm3_gluon"
+        print(f"{name} {bm}x{bn}x{bk} w{nw} s{ns}: warps={k.metadata.num_warps} "
               f"shared={k.metadata.shared} wgmma={ptx.count('wgmma.mma_async')} "
               f"tma={ptx.count('cp.async.bulk.tensor')} setmaxnreg={ptx.count('setmaxnreg')}", flush=True)
 
