@@ -70,7 +70,8 @@ def test_gemm_probe_configs_are_well_formed():
     names = [c[0] for c in gemm_probe.CONFIGS]
     assert len(names) == len(set(names))
     for name, form, bm, bn, bk, nw, ns in gemm_probe.CONFIGS:
-        assert form in ("ptr", "ptr_nest", "k3", "pair", "pair_ca", "ptr_lnfold", "f16f8", "f16f8r", "desc", "desc_ws", "gluon", "gluon_ws"), name
+        assert form in ("ptr", "ptr_nest", "k3", "pair", "pair_ca", "ptr_lnfold", "f16f8", "f16f8r", "desc", "desc_ws", "gluon",
+                        "gluon_ws", "ptr_epi", "gluon_epi", "gluon_epi_ov"), name
         assert bm % (16 * min(nw, 4)) == 0 and bn % 8 == 0 and bk % 16 == 0, name
         if form.startswith("gluon"):
             assert bn % instr_n(bm, bn, nw) == 0, name
@@ -85,9 +86,15 @@ def test_ws_register_cap_fits_the_register_file():
 def test_gluon_gemm_compiles_for_sm90():
     out = _run_compiled(["-m", "kernels.seqres.gluon_gemm"])
     lines = out.strip().splitlines()
-    assert len(lines) == 4, out
+    assert len(lines) == 6, out
     for ln in lines:
         fields = dict(f.split("=") for f in ln.split(": ", 1)[1].split())
+        # the epilogue forms (session 14): the overlapped one runs its epilogue between the next step's wgmma and
+        # their wait (what it was measured as), the other after the tile's last wait
+        if ln.startswith("mm3_gluon_epi2_ov"):
+            assert "epi_before_wait=True" in ln, ln
+        elif ln.startswith("mm3_gluon_epi"):
+            assert "epi_before_wait=False" in ln, ln
         assert int(fields["wgmma"]) > 0 and int(fields["tma"]) > 0, ln
         assert int(fields["shared"]) <= 232448, ln  # fits one H100/H200 SM
         if ln.startswith("mm3_gluon_ws"):

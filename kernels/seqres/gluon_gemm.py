@@ -338,6 +338,9 @@ def main():
         k = aot_compile(ws, bm, bn, bk, nw, ns, epi=epi, overlap=ov)
         ptx = k.asm["ptx"]
         name = f"mm3_gluon_epi{epi}{'_ov' if ov else ''}" if epi else "mm3_gluon_ws" if ws else "mm3_gluon"
+        if epi:  # where the epilogue sits: between the loop's first wgmma and its first wait (overlapped) or after
+            first_mma = ptx.index("wgmma.mma_async")
+            name += f" epi_before_wait={'ex2.approx' in ptx[first_mma:ptx.index('wgmma.wait_group', first_mma)]}"
         print(f"{name} {bm}x{bn}x{bk} w{nw} s{ns}: warps={k.metadata.num_warps} "
               f"shared={k.metadata.shared} wgmma={ptx.count('wgmma.mma_async')} "
               f"tma={ptx.count('cp.async.bulk.tensor')} setmaxnreg={ptx.count('setmaxnreg')}", flush=True)
