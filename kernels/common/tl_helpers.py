@@ -57,8 +57,9 @@ def split_bf16(x, BF16: tl.constexpr):
     returns two fp32 tensors holding bf16 values, so an fp32 ``tl.dot`` of them gives the same products
     as the bf16 MMA would (a bf16 x bf16 product is exact in fp32)."""
     if BF16:
-        hi = x.to(tl.bfloat16)
-        lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
+        xb = x.to(tl.uint32, bitcast=True)
+        lo = (x - (xb & 0xFFFF0000).to(tl.float32, bitcast=True)).to(tl.bfloat16)
+        hi = (xb >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     else:
         hi = ((x.to(tl.uint32, bitcast=True) + 0x8000) & 0xFFFF0000).to(tl.float32, bitcast=True)
         r = x - hi

@@ -378,6 +378,8 @@ def main(argv=None):
     ap.add_argument("--precompile", type=int, default=0, metavar="J",
                     help="first compile every (case, config) in J processes (fills Triton's cache; 0 = off)")
     ap.add_argument("--precompile-only", action="store_true", help="stop after --precompile")
+    ap.add_argument("--skip-default", action="store_true",
+                    help="gate and time only the --configs entries, not the tuned defaults first (no autotuning)")
     ap.add_argument("--trace", action="store_true",
                     help="also run each config with trace=true and record its per-phase profile (work/wait µs)")
     a = ap.parse_args(argv)
@@ -396,7 +398,7 @@ def main(argv=None):
         (out / "seqres_check.json").write_text(json.dumps(results, indent=1, default=str))
 
     if a.precompile > 0:
-        jobs = [(n, dict(base)) for n in a.cases] + [(n, _resolve(SWEEP[nm], load_case(n), base))
+        jobs = [(n, dict(base)) for n in a.cases if not a.skip_default] + [(n, _resolve(SWEEP[nm], load_case(n), base))
                                                       for nm in names for n in a.cases]
         if a.trace:
             jobs += [(n, dict(pr, trace=True)) for n, pr in jobs]
@@ -420,6 +422,8 @@ def main(argv=None):
         sdpa_ms = triton.testing.do_bench(lambda: sd.run(ps, x), return_mode="median")
         results["cases"][n] = {"eager_sdpa_ms": sdpa_ms, "configs": {}}
         prepared[n] = (case, w)
+        if a.skip_default:
+            continue
         try:
             rec = check_one(case, w, base, trace=a.trace)
         except Exception as e:  # record and go on: one case must not hide the others
