@@ -19,8 +19,8 @@ def gelu_erf_poly(x, PTX: tl.constexpr):
     """Exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with erf from Abramowitz & Stegun 7.1.26 (|error| of
     erf <= 1.5e-7, about one fp32 ulp of 1) instead of libdevice's erff: one polynomial with immediate
     coefficients, one reciprocal, one exp2 (PTX: the approximate ``rcp``/``ex2`` instructions, one MUFU each;
-    else portable Triton ops, for the interpreter). For x < 0 the factor 1 + erf = erfc(|x| / sqrt(2)) comes
-    straight from the polynomial, so there is no cancellation."""
+    else portable Triton ops, for the interpreter). The polynomial gives c = erfc(|x| / sqrt(2)) / 2 directly,
+    so GELU = max(x, 0) - |x| c has no cancellation for x < 0 and no select."""
     d = 1.0 + 0.23164189906752 * tl.abs(x)   # 1 + p z, z = |x| / sqrt(2), p = 0.3275911
     e = x * (x * -0.7213475204444817)          # -z^2 log2(e)
     if PTX:
@@ -31,10 +31,11 @@ def gelu_erf_poly(x, PTX: tl.constexpr):
     else:
         t = 1.0 / d
         g = tl.exp2(e)
-    # A&S coefficients a1..a5 halved, so c = erfc(z) / 2
+    # A&S coefficients a1..a5 halved, so c = erfc(z) / 2 = Phi(-|x|)
     p = t * (0.127414796 + t * (-0.142248368 + t * (0.7107068705 + t * (-0.7265760135 + t * 0.5307027145))))
     c = p * g
-    return x * tl.where(x < 0, c, 1.0 - c)
+    # x >= 0: x - x c; x < 0: x c = -|x| c; both max(x, 0) - |x| c (one max and one fma, no select)
+    return tl.maximum(x, 0.0) - tl.abs(x) * c
 
 
 @triton.jit
