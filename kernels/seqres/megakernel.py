@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked, split_bf16)
+                                 layernorm_stats_chunked, split_bf16_trunc)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -62,7 +62,7 @@ def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
     """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
     2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
     if SPLIT:
-        hi, lo = split_bf16(x, SPLIT == 1)
+        hi, lo = split_bf16_trunc(x, SPLIT == 1)
         tl.store(o_ptr + offs, hi, mask=mask)
         tl.store(olo_ptr + offs, lo, mask=mask)
     else:
@@ -293,7 +293,7 @@ def _k_step(acc, a_ptr, lnw_ptr, lnb_ptr, w_ptr, rows, mask_m, offs_n, mask_n, k
     else:
         # presplit weights: only A is split here. PRESPLIT 1: bf16 operands; 2: fp32 tensors holding bf16
         # values (interpreter: exact products)
-        a_hi, a_lo = split_bf16(a, PRESPLIT == 1)
+        a_hi, a_lo = split_bf16_trunc(a, PRESPLIT == 1)
         acc = _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N, PREC)
     return acc
 
@@ -386,7 +386,7 @@ def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
         p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if QS:
-        p_hi, p_lo = split_bf16(p, QS == 1)
+        p_hi, p_lo = split_bf16_trunc(p, QS == 1)
         acc = acc * alpha[:, None] + dot_split(p_hi, p_lo, v, v_lo, tl.zeros_like(acc), True, True, PREC)
     else:
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
@@ -457,7 +457,7 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
     """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0) with atomics, in BN2-wide column blocks:
     ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
     interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
-    o_hi, o_lo = split_bf16(out, SPLIT == 1)
+    o_hi, o_lo = split_bf16_trunc(out, SPLIT == 1)
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
     w_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]   # [BDH, BN2], hi rows
@@ -811,7 +811,7 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
         acc = gelu_erf(acc)
     if not EVEN1:  # hidden columns past 4D (W1 columns and b1 masked to 0 -> GELU(0) = 0 anyway), rows past M
         acc = tl.where((offs_m < M)[:, None] & (offs_h < F)[None, :], acc, 0.0)
-    h_hi, h_lo = split_bf16(acc, PRESPLIT == 1)
+    h_hi, h_lo = split_bf16_trunc(acc, PRESPLIT == 1)
     rows = row0 + offs_m
     for n in range(0, NT2):
         offs_n = n * BN2 + tl.arange(0, BN2)
@@ -850,7 +850,7 @@ def _ln_operand(y_ptr, lnw_ptr, lnb_ptr, row0, tm, M: tl.constexpr, D: tl.conste
         x = tl.load(y_ptr + offs, mask=mask, other=0.0, cache_modifier=CM)
         w = tl.load(lnw_ptr + offs_d, mask=mask_d, other=0.0)
         b = tl.load(lnb_ptr + offs_d, mask=mask_d, other=0.0)
-    return split_bf16(layernorm_rows(x, w, b, mask_d, D, LN_EPS), PRESPLIT == 1)
+    return split_bf16_trunc(layernorm_rows(x, w, b, mask_d, D, LN_EPS), PRESPLIT == 1)
 
 
 @triton.jit
@@ -875,7 +875,7 @@ def _ln_linear_phase(y_ptr, lnw_ptr, lnb_ptr,  # LN1 of y, computed by each prog
     TPP: tl.constexpr = (NT + R - 1) // R
     EVEN: tl.constexpr = (M % BM == 0) and (N % BN == 0) and (D == BD)
     offs_d = tl.arange(0, BD)
-    a_hi, a_lo = split_bf16(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
+    a_hi, a_lo = split_bf16_trunc(tl.zeros((BM, BD), tl.float32), PRESPLIT == 1)
     prev = -1
     # constexpr trip count; steps past the share redo the last tile and store nothing
     for i in tl.range(0, TPP, num_stages=2):
