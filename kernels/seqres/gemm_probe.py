@@ -128,8 +128,15 @@ def _tile_store(c, tm, tn, N, acc, BM: tl.constexpr, BN: tl.constexpr):
 @triton.jit
 def _mm3_tile(ahi, alo, whi, wlo, c, tm, tn, N, K,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, NEST: tl.constexpr = False):
-    """Output tile (tm, tn) of the presplit bf16x3 product: the K loop of the ``ptr`` form, one accumulator
-    (NEST: the three terms in three accumulators, summed at the end, as the megakernel's ``gemm_loop: nested``)."""
+    """Output tile (tm, tn) of the presplit bf16x3 product, stored as fp32."""
+    _tile_store(c, tm, tn, N, _mm3_acc(ahi, alo, whi, wlo, tm, tn, N, K, BM, BN, BK, STAGES, NEST), BM, BN)
+
+
+@triton.jit
+def _mm3_acc(ahi, alo, whi, wlo, tm, tn, N, K,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, NEST: tl.constexpr = False):
+    """The accumulator of output tile (tm, tn): the K loop of the ``ptr`` form, one accumulator (NEST: the three
+    terms in three accumulators, summed at the end, as the megakernel's ``gemm_loop: nested``)."""
     a_off, w_off = _tile_offsets(tm, tn, N, K, BM, BN, BK)
     acc = tl.zeros([BM, BN], tl.float32)
     acc1 = tl.zeros([BM, BN], tl.float32)
@@ -148,7 +155,7 @@ def _mm3_tile(ahi, alo, whi, wlo, c, tm, tn, N, K,
         acc = tl.dot(a_h, w_h, acc)
     if NEST:
         acc = acc + (acc1 + acc2)
-    _tile_store(c, tm, tn, N, acc, BM, BN)
+    return acc
 
 
 @triton.jit
@@ -172,16 +179,7 @@ def _mm3_ptr_epi(ahi, alo, whi, wlo, bias, chi, clo, M, N, K, NT,
     for t in range(tl.program_id(0), NT, tl.num_programs(0)):
         tm = t // ntn
         tn = t % ntn
-        a_off, w_off = _tile_offsets(tm, tn, N, K, BM, BN, BK)
-        acc = tl.zeros([BM, BN], tl.float32)
-        for k in tl.range(0, K, BK, num_stages=STAGES):
-            a_h = tl.load(ahi + a_off + k)
-            a_l = tl.load(alo + a_off + k)
-            w_h = tl.load(whi + w_off + k * N)
-            w_l = tl.load(wlo + w_off + k * N)
-            acc = tl.dot(a_l, w_h, acc)
-            acc = tl.dot(a_h, w_l, acc)
-            acc = tl.dot(a_h, w_h, acc)
+        acc = _mm3_acc(ahi, alo, whi, wlo, tm, tn, N, K, BM, BN, BK, STAGES)
         acc += tl.load(bias + tn * BN + rn)[None, :]
         if EPI == 2:
             acc = gelu_erf_poly(acc, True)
