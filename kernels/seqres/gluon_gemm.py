@@ -46,14 +46,13 @@ def _issue_loads(step, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w
 
 
 @gluon.jit
-def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
-              STAGES: gl.constexpr, INSTR_N: gl.constexpr, num_warps: gl.constexpr):
+def _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT, STAGES: gl.constexpr):
+    """The program's TMA ring: STAGES shared-memory slots for the four operand tiles, one mbarrier each, and the
+    first STAGES - 1 steps' loads issued; returns the slots, the barriers and the program's step count."""
     BM: gl.constexpr = ahi_d.block_type.shape[0]
     BK: gl.constexpr = ahi_d.block_type.shape[1]
     BN: gl.constexpr = whi_d.block_type.shape[1]
     dt: gl.constexpr = ahi_d.dtype
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                  instr_shape=[16, INSTR_N, 16])
     a_hi = gl.allocate_shared_memory(dt, [STAGES, BM, BK], ahi_d.layout)
     a_lo = gl.allocate_shared_memory(dt, [STAGES, BM, BK], alo_d.layout)
     w_hi = gl.allocate_shared_memory(dt, [STAGES, BK, BN], whi_d.layout)
@@ -72,6 +71,18 @@ def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
     for s in gl.static_range(STAGES - 1):
         _issue_loads(s, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w_hi, w_lo, bars, NTN, total,
                      STAGES)
+    return a_hi, a_lo, w_hi, w_lo, bars, pid, nprog, NTN, KT, n_tiles, total
+
+
+@gluon.jit
+def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
+              STAGES: gl.constexpr, INSTR_N: gl.constexpr, num_warps: gl.constexpr):
+    BM: gl.constexpr = ahi_d.block_type.shape[0]
+    BN: gl.constexpr = whi_d.block_type.shape[1]
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, INSTR_N, 16])
+    a_hi, a_lo, w_hi, w_lo, bars, pid, nprog, NTN, KT, n_tiles, total = _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT,
+                                                                               STAGES)
 
     rm = gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
     rn = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
@@ -142,29 +153,11 @@ def mm3_gluon_epi(ahi_d, alo_d, whi_d, wlo_d, bias_ptr, chi_ptr, clo_ptr, N, K, 
     tile (its accumulator is a copy; the loop carries it with the tile index); else it runs after the tile's last
     wait, with the tensor core idle."""
     BM: gl.constexpr = ahi_d.block_type.shape[0]
-    BK: gl.constexpr = ahi_d.block_type.shape[1]
     BN: gl.constexpr = whi_d.block_type.shape[1]
-    dt: gl.constexpr = ahi_d.dtype
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
-    a_hi = gl.allocate_shared_memory(dt, [STAGES, BM, BK], ahi_d.layout)
-    a_lo = gl.allocate_shared_memory(dt, [STAGES, BM, BK], alo_d.layout)
-    w_hi = gl.allocate_shared_memory(dt, [STAGES, BK, BN], whi_d.layout)
-    w_lo = gl.allocate_shared_memory(dt, [STAGES, BK, BN], wlo_d.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(bars.index(i), count=1)
-
-    pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    NTN = N // BN
-    KT = K // BK
-    n_tiles = (NT - pid + nprog - 1) // nprog
-    total = n_tiles * KT
-
-    for s in gl.static_range(STAGES - 1):
-        _issue_loads(s, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w_hi, w_lo, bars, NTN, total,
-                     STAGES)
+    a_hi, a_lo, w_hi, w_lo, bars, pid, nprog, NTN, KT, n_tiles, total = _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT,
+                                                                               STAGES)
 
     acc = gl.zeros([BM, BN], gl.float32, layout=mma)
     done = gl.zeros([BM, BN], gl.float32, layout=mma)
