@@ -48,8 +48,10 @@ def compile_case(case, params: dict, arch: int = 90):
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*")}
     src = ASTSource(_seqres_fwd, sig, constexprs={(names.index(k),): v for k, v in meta.items()}, attrs=attrs)
     t = time.time()
-    k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                       options=dict(launch))
+    from .host import compile_context
+    with compile_context(meta):
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                           options=dict(launch))
     return k, time.time() - t, meta
 
 

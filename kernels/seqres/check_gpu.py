@@ -272,6 +272,11 @@ SWEEP = {
     # through shared memory): pub_mio (everything), pub_mio_s4 (+ 4 stages), pub_red (the atomics only), measured at
     # 48a6054 / 3fe4dfc and removed with the option (docs/seqres.md, session 14); pub_s4: 4 stages without it
     "pub_s4": dict(published=True, num_stages=4, attn_stages=3),
+    # session 15: the accumulator reset as wgmma's zero-accumulator predicate (acc_reset: flag) and the waits between a
+    # step's chained dots relaxed (wgmma_chain: async), both compile-time edits of Triton's sm_90 pipeline
+    "pub_arf": dict(published=True, acc_reset="flag"),
+    "pub_arf_wa": dict(published=True, acc_reset="flag", wgmma_chain="async"),
+    "pub_wa": dict(published=True, wgmma_chain="async"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

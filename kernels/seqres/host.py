@@ -2,6 +2,7 @@
 ``run`` (timed: allocate y, one launch)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from triton.runtime.errors import OutOfResources
 import yaml
 
 from ..common.split import split_hi_lo
+from ..common.wgmma_passes import hopper_wgmma_passes
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
@@ -271,10 +273,15 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if lnl and _pow2(D) > LN_LOCAL_MAX_D:
         raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
                          f"{LN_LOCAL_MAX_D}; set ln_local=false")
-    ars = {"select": 1, "branch": 0}.get(o["acc_reset"], -1)
+    ars = {"select": 1, "branch": 0, "flag": 2}.get(o["acc_reset"], -1)
     if ars < 0:
-        raise ValueError(f"seqres: acc_reset={o['acc_reset']!r}: branch (the epilogue branch resets the accumulator) "
-                         "or select (a tile's first step selects zeros)")
+        raise ValueError(f"seqres: acc_reset={o['acc_reset']!r}: branch (the epilogue branch resets the accumulator), "
+                         "select (a tile's first step selects zeros) or flag (the branch form compiled so that the "
+                         "reset becomes the next dot's zero-accumulator predicate)")
+    wch = {"wait": 0, "async": 1}.get(o["wgmma_chain"], -1)
+    if wch < 0:
+        raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot) or async "
+                         "(the waits between the chained dots of a step are relaxed at compile time)")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
@@ -294,7 +301,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -568,10 +575,21 @@ def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int 
             p.qk_scale)
 
 
+def compile_context(meta: dict):
+    """The context a compile of ``_seqres_fwd`` with constexprs ``meta`` runs in: ``acc_reset: flag`` (ARS 2) and
+    ``wgmma_chain: async`` (WCH 1) are compile-time edits of Triton's sm_90 pipeline
+    (``kernels.common.wgmma_passes``); both constexprs are in Triton's cache key, so edited and unedited binaries
+    never stand in for each other."""
+    if meta.get("ARS") == 2 or meta.get("WCH") == 1:
+        return hopper_wgmma_passes(acc_init=meta.get("ARS") == 2, relax=meta.get("WCH") == 1)
+    return contextlib.nullcontext()
+
+
 def compile_only(p: SeqresPrepared):
     """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
     x = p.scratch["a"]
-    k = _seqres_fwd.warmup(*runtime_args(p, x, x, spin=1), grid=p.grid, **p.meta, **p.launch)
+    with compile_context(p.meta):
+        k = _seqres_fwd.warmup(*runtime_args(p, x, x, spin=1), grid=p.grid, **p.meta, **p.launch)
     k._init_handles()
     return k
 
@@ -604,7 +622,8 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
         p.runner(*direct_args(p, x, y), *p.const_args)
         k = p.kernel
     else:
-        k = _seqres_fwd[p.grid](*runtime_args(p, x, y), **p.meta, **p.launch)
+        with compile_context(p.meta):
+            k = _seqres_fwd[p.grid](*runtime_args(p, x, y), **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
     p.cepoch += 1
     return k

@@ -663,7 +663,11 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     epilogue reads the step's last dot with no wait before it). 1: a tile's first step starts from a select of
     zeros (``tl.where(kk == 0, 0, acc)``) instead: Triton waits for the last dot inside the step and ptxas keeps
     each dot's wgmma instructions in flight, but the select costs ~60 instructions per step and the loop is bound
-    by its instruction issue, so it measured 0.6-1.7% slower (docs/seqres.md, session 13). NEST true — a loop
+    by its instruction issue, so it measured 0.6-1.7% slower (docs/seqres.md, session 13). 2 (``flag``): the
+    branch form's source, compiled with ``kernels.common.wgmma_passes`` (host.compile_context): the reset becomes
+    the zero-accumulator predicate of the next tile's first dot, so nothing writes an accumulator in flight and
+    ptxas keeps the wgmma asynchronous; with ``wgmma_chain: async`` (WCH) the waits between the three dots of a
+    step are relaxed as well (session 15). NEST true — a loop
     over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
     flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
     tile and 3x the accumulator registers (docs/seqres.md)."""
@@ -718,7 +722,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             tn = t - tm * NT_N
             a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
                                                            M, N, K, BM, BN, BK, CM, WROWS, EVEN)
-            if ARS:  # a new tile (or, at i == 0, the zeros above); a stream-K piece starting mid-tile has zeros too
+            if ARS == 1:  # a new tile (or, at i == 0, the zeros above); a stream-K piece starting mid-tile has zeros too
                 acc = tl.where(kk == 0, 0.0, acc)
             acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
             acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
@@ -731,7 +735,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                 _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
                                (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
                                CM, EVEN, LDO, STREAM_K)
-                if not ARS:
+                if ARS != 1:  # branch (0), or flag (2): the compile pass turns this reset into the next dot's predicate
                     acc = tl.zeros((BM, BN), tl.float32)
 
 
@@ -1032,7 +1036,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr,
+    LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
