@@ -277,6 +277,10 @@ SWEEP = {
     "pub_arf": dict(published=True, acc_reset="flag"),
     "pub_arf_wa": dict(published=True, acc_reset="flag", wgmma_chain="async"),
     "pub_wa": dict(published=True, wgmma_chain="async"),
+    "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
+    "pub_flat_arf_wa": dict(published=True, gemm_loop="flat", acc_reset="flag", wgmma_chain="async"),
+    "pub_flat_auto_arf_wa": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto",
+                                 acc_reset="flag", wgmma_chain="async"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }
