@@ -79,9 +79,21 @@ def test_acc_reset_select_passes_gate():
     instead of in the epilogue branch; the odd shape (ragged tiles, several tiles per phase) at the extreme scales."""
     _check(odd_case(True), dict(acc_reset="select"), (1e-3, 1.0, 1e3), (0,))
     assert prepare_meta(odd_case(True), n_sm=132, acc_reset="select")[0]["ARS"] == 1
-    assert prepare_meta(odd_case(True), n_sm=132)[0]["ARS"] == 0  # the default: branch
     with pytest.raises(ValueError, match="acc_reset"):
         prepare_meta(odd_case(True), n_sm=132, acc_reset="wait")
+
+
+def test_acc_reset_branch_and_wgmma_chain_wait_pass_gate():
+    """``acc_reset: branch`` with ``wgmma_chain: wait`` (the defaults before session 15; ``flag`` and ``async`` are the
+    same source compiled with two edits of Triton's sm_90 pipeline, which the interpreter does not run, so there the
+    defaults run this code too): the odd shape at the extreme scales, and the options' validation."""
+    _check(odd_case(True), dict(acc_reset="branch", wgmma_chain="wait"), (1e-3, 1e3), (1,))
+    meta = prepare_meta(odd_case(True), n_sm=132, acc_reset="branch", wgmma_chain="wait")[0]
+    assert (meta["ARS"], meta["WCH"]) == (0, 0)
+    meta = prepare_meta(odd_case(True), n_sm=132)[0]
+    assert (meta["ARS"], meta["WCH"]) == (2, 1)  # the defaults: flag, async
+    with pytest.raises(ValueError, match="wgmma_chain"):
+        prepare_meta(odd_case(True), n_sm=132, wgmma_chain="relaxed")
 
 
 def test_attn_pack_is_validated():

@@ -189,7 +189,7 @@ def test_acc_reset_select_keeps_wgmma_asynchronous():
     code = ("from kernels.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
             "from kernels.cases import load_case\n"
             "for ars in ('select', 'branch'):\n"
-            "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars})\n"
+            "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars, 'wgmma_chain': 'wait'})\n"
             "    print(ars, meta['FLAT'], meta['NEST'], wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
     out = _run_compiled(["-c", code], timeout=900)
     rows = {r.split()[0]: r.split()[1:] for r in out.strip().splitlines()}
