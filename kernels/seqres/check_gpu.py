@@ -278,6 +278,9 @@ SWEEP = {
     "pub_arf_wa": dict(published=True, acc_reset="flag", wgmma_chain="async"),
     "pub_wa": dict(published=True, wgmma_chain="async"),
     "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
+    "pub_ao": dict(published=True, attn_oproj=True),  # the fusions again, now that the chains are asynchronous
+    "pub_ff": dict(published=True, ffn_fused=True),
+    "pub_ao_ff": dict(published=True, attn_oproj=True, ffn_fused=True),
     "pub_flat_arf_wa": dict(published=True, gemm_loop="flat", acc_reset="flag", wgmma_chain="async"),
     "pub_flat_auto_arf_wa": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto",
                                  acc_reset="flag", wgmma_chain="async"),
