@@ -274,9 +274,10 @@ SWEEP = {
     "pub_s4": dict(published=True, num_stages=4, attn_stages=3),
     # session 15: the accumulator reset as wgmma's zero-accumulator predicate (acc_reset: flag) and the waits between a
     # step's chained dots relaxed (wgmma_chain: async), both compile-time edits of Triton's sm_90 pipeline
-    "pub_arf": dict(published=True, acc_reset="flag"),
+    "pub_arf": dict(published=True, acc_reset="flag", wgmma_chain="wait"),
     "pub_arf_wa": dict(published=True, acc_reset="flag", wgmma_chain="async"),
-    "pub_wa": dict(published=True, wgmma_chain="async"),
+    "pub_wa": dict(published=True, acc_reset="branch", wgmma_chain="async"),
+    "pub_arb": dict(published=True, acc_reset="branch", wgmma_chain="wait"),  # the unedited kernel (before session 15)
     "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
     "pub_ao": dict(published=True, attn_oproj=True),  # the fusions again, now that the chains are asynchronous
     "pub_ff": dict(published=True, ffn_fused=True),
