@@ -278,6 +278,7 @@ SWEEP = {
     "pub_arf_wa": dict(published=True, acc_reset="flag", wgmma_chain="async"),
     "pub_wa": dict(published=True, acc_reset="branch", wgmma_chain="async"),
     "pub_arb": dict(published=True, acc_reset="branch", wgmma_chain="wait"),  # the unedited kernel (before session 15)
+    "pub_ov": dict(published=True, acc_reset="flag", wgmma_chain="overlap"),  # a step's dots in flight into the next
     "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
     "pub_ao": dict(published=True, attn_oproj=True),  # the fusions again, now that the chains are asynchronous
     "pub_ff": dict(published=True, ffn_fused=True),

@@ -278,10 +278,11 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: acc_reset={o['acc_reset']!r}: branch (the epilogue branch resets the accumulator), "
                          "select (a tile's first step selects zeros) or flag (the branch form compiled so that the "
                          "reset becomes the next dot's zero-accumulator predicate)")
-    wch = {"wait": 0, "async": 1}.get(o["wgmma_chain"], -1)
+    wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
-        raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot) or async "
-                         "(the waits between the chained dots of a step are relaxed at compile time)")
+        raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
+                         "(the waits between the chained dots of a step are relaxed at compile time) or overlap "
+                         "(async, and a step's dots stay in flight into the next step)")
     bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
         64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
     meta = dict(
@@ -580,8 +581,9 @@ def compile_context(meta: dict):
     ``wgmma_chain: async`` (WCH 1) are compile-time edits of Triton's sm_90 pipeline
     (``kernels.common.wgmma_passes``); both constexprs are in Triton's cache key, so edited and unedited binaries
     never stand in for each other."""
-    if meta.get("ARS") == 2 or meta.get("WCH") == 1:
-        return hopper_wgmma_passes(acc_init=meta.get("ARS") == 2, relax=meta.get("WCH") == 1)
+    if meta.get("ARS") == 2 or meta.get("WCH", 0) > 0:
+        return hopper_wgmma_passes(acc_init=meta.get("ARS") == 2, relax=meta.get("WCH", 0) > 0,
+                                   defer=meta.get("WCH") == 2)
     return contextlib.nullcontext()
 
 
