@@ -227,22 +227,25 @@ def test_acc_reset_flag_and_async_chain_compile_for_sm90():
     """``acc_reset: flag`` (session 15): the branch form's source compiled with Triton's OptimizeAccumulatorInit pass
     added to the sm_90 pipeline: the flat loop's first dot of a step takes the zero-accumulator predicate (a fourth
     operand in the TTGIR), and ptxas no longer serializes the wgmma; ``wgmma_chain: async`` relaxes the waits between
-    a step's chained dots (``wgmma.wait_group`` 1 and 2 in the PTX). Case 1's defaults, compiled for sm_90a without a
+    a step's chained dots (``wgmma.wait_group`` 1 and 2 in the PTX), ``overlap`` also the step's last wait (3). Case 1's defaults, compiled for sm_90a without a
     GPU, in a subprocess without the interpreter."""
     code = ("import re\n"
             "from kernels.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
             "from kernels.cases import load_case\n"
-            "for ars, wch in (('flag', 'wait'), ('flag', 'async'), ('branch', 'async')):\n"
+            "for ars, wch in (('flag', 'wait'), ('flag', 'async'), ('branch', 'async'), ('flag', 'overlap')):\n"
             "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars, 'wgmma_chain': wch})\n"
             "    dots = re.findall(r'ttng.warp_group_dot (%[^{]*)\\{', k.asm['ttgir'])\n"
             "    pred = sum(d.count(',') == 3 and not d.rstrip().endswith('%false') for d in dots)\n"
             "    relaxed = len(re.findall(r'wgmma.wait_group.sync.aligned [12];', k.asm['ptx']))\n"
             "    print(ars, wch, meta['ARS'], meta['WCH'], pred, relaxed > 0,\n"
-            "          wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
+            "          wgmma_serialized(ptxas_info(k.asm['ptx'], 90)),\n"
+            "          'wgmma.wait_group.sync.aligned 3;' in k.asm['ptx'])")
     out = _run_compiled(["-c", code], timeout=900)
     rows = {tuple(r.split()[:2]): r.split()[2:] for r in out.strip().splitlines()}
     # the 4 GEMM phases' flat loops take the predicate; the chains are relaxed only with async
-    assert rows[("flag", "wait")] == ["2", "0", "4", "False", "False"], out
-    assert rows[("flag", "async")] == ["2", "1", "4", "True", "False"], out
+    assert rows[("flag", "wait")] == ["2", "0", "4", "False", "False", "False"], out
+    assert rows[("flag", "async")] == ["2", "1", "4", "True", "False", "False"], out
+    # overlap: the 4 flat loops' last waits leave the step's 3 dots in flight (wait_group 3)
+    assert rows[("flag", "overlap")] == ["2", "2", "4", "True", "False", "True"], out
     # without the pass the branch form stays serialized; its flat-loop chains end in no wait, so are not relaxed
     assert rows[("branch", "async")][:3] == ["0", "1", "0"] and rows[("branch", "async")][4] == "True", out
