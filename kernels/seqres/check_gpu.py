@@ -279,6 +279,9 @@ SWEEP = {
     "pub_wa": dict(published=True, acc_reset="branch", wgmma_chain="async"),
     "pub_arb": dict(published=True, acc_reset="branch", wgmma_chain="wait"),  # the unedited kernel (before session 15)
     "pub_ov": dict(published=True, acc_reset="flag", wgmma_chain="overlap"),  # a step's dots in flight into the next
+    "pub_ftr": dict(published=True, flat_trips="exact"),  # no padded steps in the flat loop's uneven phases
+    "pub_flat_auto_ftr": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto", flat_trips="exact"),
+    "pub_flat_auto": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto"),
     "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
     "pub_ao": dict(published=True, attn_oproj=True),  # the fusions again, now that the chains are asynchronous
     "pub_ff": dict(published=True, ffn_fused=True),

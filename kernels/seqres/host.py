@@ -278,6 +278,10 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: acc_reset={o['acc_reset']!r}: branch (the epilogue branch resets the accumulator), "
                          "select (a tile's first step selects zeros) or flag (the branch form compiled so that the "
                          "reset becomes the next dot's zero-accumulator predicate)")
+    ftr = {"padded": 0, "exact": 1}.get(o["flat_trips"], -1)
+    if ftr < 0:
+        raise ValueError(f"seqres: flat_trips={o['flat_trips']!r}: padded (every program runs the busiest program's "
+                         "steps, the extra ones on repeated operands) or exact (a runtime trip count per program)")
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -302,7 +306,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

@@ -646,7 +646,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0):
+                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
@@ -712,7 +712,11 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                              STREAM_K, not STREAM_K)
     else:
         acc = tl.zeros((BM, BN), tl.float32)
-        for i in range(0, ITERS):
+        if FTR and PRESPLIT == 1 and R > 1:  # GPU (bf16 parts): a runtime trip count, no padded steps
+            n_iter = tl.minimum(end, T) - start
+        else:  # the interpreter cannot loop to a bound computed from the rank
+            n_iter = ITERS
+        for i in range(0, n_iter):
             g = start + i
             valid = (g < end) & (g < T)
             gc = tl.minimum(g, T - 1)
@@ -927,7 +931,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 PRESPLIT: tl.constexpr, P_LIN: tl.constexpr, P_ATTN: tl.constexpr, WROWS: tl.constexpr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
-                AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0):
+                AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
+                FTR: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -953,11 +958,11 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS, FTR=FTR)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 0, NEST, ARS=ARS)
+                           BM, BNQ, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL, P_LIN,
@@ -971,7 +976,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if not AO:  # (AO: the attention tiles added their output projection into y)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
-                           NEST, ARS=ARS)
+                           NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     b2: tl.constexpr = 3 - AO  # barriers before LN2's
     if LNF:  # LN2 came from the attention phase's last arrivals
@@ -991,11 +996,11 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNF, BK, CM, WROWS, False, 0, NEST, ARS=ARS)
+                           BM, BNF, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
-                           0, NEST, ARS=ARS)
+                           0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
@@ -1036,7 +1041,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr,
+    LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1070,7 +1075,7 @@ def _seqres_fwd(
                         epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
                         L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
                         PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, APK,
-                        ARS)
+                        ARS, FTR)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
