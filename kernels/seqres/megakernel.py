@@ -712,11 +712,10 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                              STREAM_K, not STREAM_K)
     else:
         acc = tl.zeros((BM, BN), tl.float32)
-        if FTR and PRESPLIT == 1 and R > 1:  # GPU (bf16 parts): a runtime trip count, no padded steps
-            n_iter = tl.minimum(end, T) - start
-        else:  # the interpreter cannot loop to a bound computed from the rank
-            n_iter = ITERS
-        for i in range(0, n_iter):
+        # FTR on the GPU (bf16 parts): a runtime trip count, no padded steps; the interpreter cannot loop to a bound
+        # computed from the rank
+        RT_TRIPS: tl.constexpr = FTR != 0 and PRESPLIT == 1 and R > 1
+        for i in range(0, (tl.minimum(end, T) - start) if RT_TRIPS else ITERS):
             g = start + i
             valid = (g < end) & (g < T)
             gc = tl.minimum(g, T - 1)
