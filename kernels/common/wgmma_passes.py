@@ -1,6 +1,6 @@
-"""Two compile-time edits of Triton 3.6's Hopper (sm_90) pipeline for kernels whose GEMM loops chain several
-``tl.dot`` on one accumulator (bf16x3: three dots per K step). Used by ``kernels/seqres`` (``acc_reset: flag``,
-``wgmma_chain: async``; docs/seqres.md, session 15). Both keep the kernel's results; they change what waits.
+"""Compile-time edits of Triton 3.6's Hopper (sm_90) pipeline for kernels whose GEMM loops chain several ``tl.dot``
+on one accumulator (bf16x3: three dots per K step). Used by ``kernels/seqres`` (``acc_reset: flag``, ``wgmma_chain:
+async | overlap``; docs/seqres.md, session 15). They keep the kernel's results; they change what waits.
 
 1. ``acc_init``: Triton's ``OptimizeAccumulatorInit`` pass, which Triton 3.6 runs only for sm_100+, also runs
    for sm_90, just before the software pipeliner (it is inserted in front of ``add_assign_latencies``). A loop
@@ -16,10 +16,12 @@
    so far: no wait), provided the chain ends, in the same block, in a ``pendings = 0`` wait with nothing
    between that writes memory or branches. The chain's three dots are then in the tensor pipe together, and
    the final wait still orders their shared-memory operands before anything reuses them.
+3. ``defer_step_waits`` (optional; measured mixed): a loop step's chain stays in flight into the next step, with the
+   complete wait moved into the tile epilogue's branch (a text edit of the TTGIR, parsed back).
 
-Triton's compile cache key does not see either edit: a kernel compiled under ``hopper_wgmma_passes`` must
-differ from the unedited one in a constexpr (seqres: ``ARS`` = 2, ``WCH`` = 1), so that neither binary is
-served for the other.
+Triton's compile cache key does not see these edits: a kernel compiled under ``hopper_wgmma_passes`` must
+differ from the unedited one in a constexpr (seqres: ``ARS`` = 2, ``WCH`` = 1 or 2), so that no binary is
+served for another.
 """
 from __future__ import annotations
 
@@ -99,10 +101,9 @@ def relax_chains(mod, int_attr=None) -> int:
 
 
 @contextlib.contextmanager
-def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False, defer: bool = False, log: list | None = None):
+def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False, defer: bool = False):
     """While active, kernels that Triton compiles for sm_90 get edit 1 (``acc_init``) and/or edit 2
-    (``relax``), and with ``defer`` also ``defer_step_waits`` (a text edit of the TTGIR, parsed back);
-    ``log`` (a list) receives (waits relaxed, loops deferred) per compiled kernel."""
+    (``relax``), and with ``defer`` edits 2 and 3 (``defer_step_waits``)."""
     from triton import knobs
     from triton._C.libtriton import passes
     orig = passes.ttgpuir.add_assign_latencies
@@ -121,8 +122,7 @@ def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False, defer: bool 
 
         def ttgir(src, metadata):
             mod = make(src, metadata)
-            n = relax_chains(mod) if relax or defer else 0
-            d = 0
+            relax_chains(mod)
             if defer:
                 text, d = defer_step_waits(mod.str())
                 if d:
@@ -134,8 +134,6 @@ def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False, defer: bool 
                         ctx = mod.context
                         mod = ir.parse_mlir_module(path, ctx)
                         mod.context = ctx  # the Python attribute Triton's later stages read
-            if log is not None:
-                log.append((n, d))
             return mod
         stages["ttgir"] = ttgir
 

@@ -582,8 +582,8 @@ def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int 
 
 def compile_context(meta: dict):
     """The context a compile of ``_seqres_fwd`` with constexprs ``meta`` runs in: ``acc_reset: flag`` (ARS 2) and
-    ``wgmma_chain: async`` (WCH 1) are compile-time edits of Triton's sm_90 pipeline
-    (``kernels.common.wgmma_passes``); both constexprs are in Triton's cache key, so edited and unedited binaries
+    ``wgmma_chain: async | overlap`` (WCH 1 | 2) are compile-time edits of Triton's sm_90 pipeline
+    (``kernels.common.wgmma_passes``); the constexprs are in Triton's cache key, so edited and unedited binaries
     never stand in for each other."""
     if meta.get("ARS") == 2 or meta.get("WCH", 0) > 0:
         return hopper_wgmma_passes(acc_init=meta.get("ARS") == 2, relax=meta.get("WCH", 0) > 0,
