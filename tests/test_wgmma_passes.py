@@ -170,3 +170,25 @@ def test_defer_step_waits_leaves_loops_it_cannot_prove_safe(kw):
     from kernels.common.wgmma_passes import defer_step_waits
     text = _loop(**kw)
     assert defer_step_waits(text) == (text, 0)
+
+
+def test_hopper_wgmma_passes_names_the_fix_when_triton_lacks_a_hook(monkeypatch):
+    from triton._C.libtriton import passes
+
+    from kernels.common.wgmma_passes import hopper_wgmma_passes
+    monkeypatch.delattr(passes.ttgpuir, "add_optimize_accumulator_init")
+    with pytest.raises(RuntimeError, match="acc_reset=branch"):
+        with hopper_wgmma_passes():
+            pass
+
+
+def test_hopper_wgmma_passes_restores_triton_on_exit():
+    from triton import knobs
+    from triton._C.libtriton import passes
+
+    from kernels.common.wgmma_passes import hopper_wgmma_passes
+    before = (passes.ttgpuir.add_assign_latencies, knobs.runtime.add_stages_inspection_hook)
+    with hopper_wgmma_passes(relax=True):
+        assert passes.ttgpuir.add_assign_latencies is not before[0]
+        assert knobs.runtime.add_stages_inspection_hook is not None
+    assert (passes.ttgpuir.add_assign_latencies, knobs.runtime.add_stages_inspection_hook) == before

@@ -106,6 +106,15 @@ def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False, defer: bool 
     (``relax``), and with ``defer`` edits 2 and 3 (``defer_step_waits``)."""
     from triton import knobs
     from triton._C.libtriton import passes
+    missing = [n for n, ok in (("passes.ttgpuir.add_optimize_accumulator_init",
+                                hasattr(passes.ttgpuir, "add_optimize_accumulator_init")),
+                               ("passes.ttgpuir.add_assign_latencies", hasattr(passes.ttgpuir, "add_assign_latencies")),
+                               ("knobs.runtime.add_stages_inspection_hook",
+                                hasattr(knobs.runtime, "add_stages_inspection_hook"))) if not ok]
+    if missing:
+        raise RuntimeError(f"wgmma_passes: this Triton ({__import__('triton').__version__}) lacks {', '.join(missing)} "
+                           "(written for Triton 3.6); compile without the edits (seqres: acc_reset=branch "
+                           "wgmma_chain=wait)")
     orig = passes.ttgpuir.add_assign_latencies
     old_hook = knobs.runtime.add_stages_inspection_hook
 
