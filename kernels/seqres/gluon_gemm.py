@@ -75,6 +75,15 @@ def _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _mma3(a_hi, a_lo, w_hi, w_lo, slot, kk, acc):
+    """The three bf16x3 products of one K step on ring slot ``slot``, issued asynchronously; K step ``kk`` == 0 of a
+    tile starts from zeros (the wgmma zero-accumulator flag)."""
+    acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
+    acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
+    return warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+
+
+@gluon.jit
 def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
               STAGES: gl.constexpr, INSTR_N: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = ahi_d.block_type.shape[0]
@@ -91,9 +100,7 @@ def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
         slot = step % STAGES
         kk = step % KT
         mbarrier.wait(bars.index(slot), (step // STAGES) & 1)
-        acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+        acc = _mma3(a_hi, a_lo, w_hi, w_lo, slot, kk, acc)
         # the previous step's three MMAs are done: its slot may be refilled
         acc = warpgroup_mma_wait(3, deps=(acc, ))
         _issue_loads(step + STAGES - 1, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w_hi, w_lo,
@@ -165,9 +172,7 @@ def mm3_gluon_epi(ahi_d, alo_d, whi_d, wlo_d, bias_ptr, chi_ptr, clo_ptr, N, K, 
         slot = step % STAGES
         kk = step % KT
         mbarrier.wait(bars.index(slot), (step // STAGES) & 1)
-        acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+        acc = _mma3(a_hi, a_lo, w_hi, w_lo, slot, kk, acc)
         if OVERLAP:
             if (kk == 0) & (step > 0):  # the previous tile's epilogue, while this step's wgmma run
                 _epilogue(done, pid + (step // KT - 1) * nprog, bias_ptr, chi_ptr, clo_ptr, N, NTN, BM, BN, EPI,
@@ -230,9 +235,7 @@ def _ws_mma(bars, bufs, c_ptr, N, pid, nprog, NTN, KT, total, STAGES: gl.constex
         slot = step % STAGES
         kk = step % KT
         mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-        acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+        acc = _mma3(a_hi, a_lo, w_hi, w_lo, slot, kk, acc)
         acc = warpgroup_mma_wait(3, deps=(acc, ))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
         if kk == KT - 1:
