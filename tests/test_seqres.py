@@ -144,6 +144,9 @@ def test_odd_shape_passes_gate(causal):
     dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", gemm_loop="nested", block_n_wide=16, flag_barrier=True,
          spin_limit=10),
     dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
+    # the copy phase with its own barrier (copy_phase: separate; the default fuses it with layer 0's LN1 split)
+    dict(copy_phase="separate", gemm_loop="flat", flag_barrier=True, spin_limit=10, block_m_ln=8),
+    dict(copy_phase="separate", attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10),
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
@@ -151,7 +154,8 @@ def test_odd_shape_passes_gate(causal):
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "attn-pack2-fused", "attn-pack2-unsplit"])
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate", "copy-separate-ln-local",
+        "attn-pack2-fused", "attn-pack2-unsplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -188,8 +192,9 @@ def test_output_depends_on_input_and_is_fresh():
 @needs_backend
 def test_flag_epochs_match_barrier_count():
     """The flag protocol's bookkeeping: after each launch every program's flag holds the last barrier
-    target, which is the host's next epoch (1 + 7 L barriers per launch with the flat loops, 1 + 5 L with the
-    tiled ones), so flags only grow and no reset launch is needed; near the int32 limit the host zeroes them."""
+    target, which is the host's next epoch (7 L barriers per launch with the flat loops, whose copy phase shares
+    layer 0's LN1 barrier, 1 + 7 L with a separate copy phase, 1 + 5 L with the tiled loops), so flags only grow
+    and no reset launch is needed; near the int32 limit the host zeroes them."""
     from kernels.seqres import host
     c = odd_case(False)
     dev = _device()
@@ -199,19 +204,22 @@ def test_flag_epochs_match_barrier_count():
     # (one program per group here: the counter also ends at the epoch; counter_t0 runs as counter with atomic polls in
     # the interpreter, which has no inline PTX)
     for barrier in ("flags", "counter", "counter_t0"):
-        p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10, barrier=barrier)
-        x = make_input(c, 1.0, 0, device=dev)
-        for n in (1, 2):
+        for copy_phase, nb in (("fused", 7 * c.L), ("separate", 1 + 7 * c.L)):
+            p = v.prepare(c, w, gemm_loop="flat", flag_barrier=True, spin_limit=10, barrier=barrier,
+                          copy_phase=copy_phase)
+            assert p.barriers_per_launch == nb
+            x = make_input(c, 1.0, 0, device=dev)
+            for n in (1, 2):
+                v.run(p, x)
+                assert p.epoch == n * nb
+                assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+            p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
             v.run(p, x)
-            assert p.epoch == n * (1 + 7 * c.L)
-            assert torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
-        p.epoch = host._EPOCH_LIMIT - 3  # the next launch would pass the limit: flags are reset first
-        v.run(p, x)
-        assert p.epoch == 1 + 7 * c.L and torch.all(p.flags[:, 0] == p.epoch)
-    # the fusions drop a barrier each (oproj's; the one between FFN1 and FFN2): 1 + 5 L
+            assert p.epoch == nb and torch.all(p.flags[:, 0] == p.epoch)
+    # the fusions drop a barrier each (oproj's; the one between FFN1 and FFN2): 5 L
     p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, flag_barrier=True, spin_limit=10)
     v.run(p, make_input(c, 1.0, 0, device=dev))
-    assert p.epoch == 1 + 5 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    assert p.epoch == 5 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
     # ln_fold drops both LayerNorm phases (1 + 3 L); its row-block counters grow by H per layer (attention:
     # one per head) and by the hidden chunks per layer (FFN), per launch
     p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_fold=True, flag_barrier=True, spin_limit=10)
@@ -221,10 +229,12 @@ def test_flag_epochs_match_barrier_count():
         nqb = c.S // p.meta["BQ"] + (c.S % p.meta["BQ"] > 0)
         nc = -(-4 * c.D // p.meta["BH"])
         assert torch.all(p.cnt[:, :nqb] == n * c.L * c.H) and torch.all(p.cnt[:, nqb:] == n * c.L * nc)
-    # ln_local drops the LN1 phase: 1 + 4 L with the fusions
-    p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10)
-    v.run(p, make_input(c, 1.0, 0, device=dev))
-    assert p.epoch == 1 + 4 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    # ln_local drops the LN1 phase: 4 L with the fusions (the copy phase has no barrier: layer 0's QKV reads x)
+    for copy_phase, nb in (("fused", 4 * c.L), ("separate", 1 + 4 * c.L)):
+        p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10,
+                      copy_phase=copy_phase)
+        v.run(p, make_input(c, 1.0, 0, device=dev))
+        assert p.epoch == nb and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
 
 
 def test_unsupported_shapes_raise():
@@ -533,6 +543,13 @@ def test_phase_profile_splits_work_and_barrier_wait_per_phase_kind():
     assert pp["kernel_us"] == pytest.approx(max(r[-1] for r in rows) / 1e3)  # first start (0) to last end
     with pytest.raises(ValueError, match="trace=true"):
         phase_profile(SimpleNamespace(meta=dict(TRACE=False, FLAT=0)))
+    # copy_phase fused: no copy barrier; the first barrier is layer 0's LN1 (or, with ln_local, its QKV), whose
+    # work counts from the program's start
+    flat = dict(TRACE=True, FLAT=1, CPF=1, AO=1, FF=1)  # phases ln1 qkv attn ln2 ffn
+    pp = phase_profile(SimpleNamespace(meta=flat, trace=torch.tensor(rows, dtype=torch.int64)))
+    assert pp["work_us"] == pytest.approx(dict(ln1=2 + 12, qkv=4, attn=6, ln2=8, ffn=10, final=5))
+    pp = phase_profile(SimpleNamespace(meta=dict(flat, LNL=1), trace=torch.tensor(rows[:1], dtype=torch.int64)))
+    assert pp["work_us"] == pytest.approx(dict(qkv=2 + 10, attn=4 + 12, ln2=6, ffn=8, final=5))
 
 
 def test_direct_launch_passes_every_constexpr_in_signature_order():

@@ -282,6 +282,12 @@ SWEEP = {
     "pub_ftr": dict(published=True, flat_trips="exact"),  # no padded steps in the flat loop's uneven phases
     "pub_flat_auto_ftr": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto", flat_trips="exact"),
     "pub_flat_auto": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto"),
+    # session 16: the copy phase fused with layer 0's LN1 split (copy_phase: fused, the default since) against the
+    # separate copy phase and its barrier; ln_local on the published choices of the D = 128 cases; 32-row query tiles
+    # on case 10 (its 4 causal 64-row tiles over 4 programs: 1 or 2 key blocks each)
+    "pub_cps": dict(published=True, copy_phase="separate"),
+    "pub_lnl": dict(published=True, ln_local="qkv"),
+    "pub_bq32": dict(published=True, block_q=32),
     "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
     "pub_ao": dict(published=True, attn_oproj=True),  # the fusions again, now that the chains are asynchronous
     "pub_ff": dict(published=True, ffn_fused=True),

@@ -65,7 +65,7 @@ class SeqresPrepared:
 
     @property
     def barriers_per_launch(self) -> int:
-        return 1 + _barriers_per_layer(self.meta) * self.case.L
+        return 1 + _barriers_per_layer(self.meta) * self.case.L - int(bool(self.meta.get("CPF")))
 
 
 def _barriers_per_layer(meta: dict) -> int:
@@ -282,6 +282,11 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if ftr < 0:
         raise ValueError(f"seqres: flat_trips={o['flat_trips']!r}: padded (every program runs the busiest program's "
                          "steps, the extra ones on repeated operands) or exact (a runtime trip count per program)")
+    cpf = {"separate": 0, "fused": 1}.get(o["copy_phase"], -1)
+    if cpf < 0:
+        raise ValueError(f"seqres: copy_phase={o['copy_phase']!r}: fused (y = x written by the pass that splits "
+                         "layer 0's LN1, one barrier fewer) or separate (a copy phase and its barrier first)")
+    cpf = int(cpf and flat and not lnf)  # (the tiled loop and ln_fold keep the copy phase)
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -306,7 +311,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -450,7 +455,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     n_groups = B // meta["G"]
 
     def make(meta, launch_opts, info):
-        n_bar = 1 + _barriers_per_layer(meta) * case.L
+        n_bar = 1 + _barriers_per_layer(meta) * case.L - int(bool(meta.get("CPF")))
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
             flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
@@ -681,18 +686,20 @@ def phase_profile(p: SeqresPrepared) -> dict:
     """Where a traced launch (``trace: true``) spent its time, from the programs' %globaltimer stamps: per
     phase kind (summed over layers), the mean over programs of the work (previous departure to arrival)
     and of the barrier wait (arrival to departure), in microseconds; plus the copy phase, the final
-    LayerNorm and the whole kernel (first start to last end)."""
+    LayerNorm and the whole kernel (first start to last end). With ``copy_phase: fused`` the copy has no barrier
+    of its own: it is counted in layer 0's first phase (ln1, or qkv with ``ln_local``)."""
     if not p.meta["TRACE"]:
         raise ValueError("seqres: phase_profile needs a launch prepared with trace=true")
     t = p.trace.double().cpu()
     t0 = t[:, 0].min()
     arr, dep = t[:, 1:-1:2], t[:, 2:-1:2]
     names = flat_phases(p.meta) if p.meta["FLAT"] else PHASES_TILED
-    work = {"copy": float((arr[:, 0] - t[:, 0]).mean()) / 1e3}
-    wait = {"copy": float((dep[:, 0] - arr[:, 0]).mean()) / 1e3}
-    for i in range(1, arr.shape[1]):
-        k = names[(i - 1) % len(names)]
-        work[k] = work.get(k, 0.0) + float((arr[:, i] - dep[:, i - 1]).mean()) / 1e3
+    cpf = int(bool(p.meta.get("CPF")))
+    work, wait = {}, {}
+    for i in range(arr.shape[1]):
+        k = names[(i - 1 + cpf) % len(names)] if i or cpf else "copy"
+        prev = dep[:, i - 1] if i else t[:, 0]
+        work[k] = work.get(k, 0.0) + float((arr[:, i] - prev).mean()) / 1e3
         wait[k] = wait.get(k, 0.0) + float((dep[:, i] - arr[:, i]).mean()) / 1e3
     work["final"] = float((t[:, -1] - dep[:, -1]).mean()) / 1e3
     return dict(kernel_us=float(t[:, -1].max() - t0) / 1e3, start_skew_us=float(t[:, 0].max() - t0) / 1e3,

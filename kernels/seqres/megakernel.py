@@ -105,10 +105,13 @@ def _dot_presplit(acc, a_hi, a_lo, w_ptr, offs_k, offs_n, wmask, N: tl.constexpr
 
 @triton.jit
 def _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, mask, offs_d, mask_d,
-               D: tl.constexpr, LN: tl.constexpr, CM: tl.constexpr, SPLIT: tl.constexpr):
+               D: tl.constexpr, LN: tl.constexpr, CM: tl.constexpr, SPLIT: tl.constexpr,
+               cpy_ptr=None, COPY: tl.constexpr = False):
     """dst[rows] = LN(src[rows]) (or a copy), a [BM_LN, BD] block: as hi/lo parts (SPLIT 1: bf16, 2: fp32-held)
-    or fp32 (SPLIT 0)."""
+    or fp32 (SPLIT 0). COPY: also cpy[rows] = src[rows] (the residual stream's start, ``copy_phase: fused``)."""
     x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
+    if COPY:
+        tl.store(cpy_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
     if LN:
         w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
         b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
@@ -151,10 +154,10 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 row0, rank,
                 M: tl.constexpr, D: tl.constexpr, LN: tl.constexpr, R: tl.constexpr,
                 BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
-                SPLIT: tl.constexpr = 0, dlo_ptr=None):
+                SPLIT: tl.constexpr = 0, dlo_ptr=None, cpy_ptr=None, COPY: tl.constexpr = False):
     """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs.
     SPLIT (the A operand of a flat GEMM phase, split once instead of once per N tile): dst + dlo = the
-    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter)."""
+    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter). COPY: cpy = src as well (same rows)."""
     NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
@@ -163,7 +166,7 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
         # rows past M are masked, so a tile index past NT (when R does not divide NT) is a no-op
         offs_m = t * BM_LN + tl.arange(0, BM_LN)
         _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, (offs_m < M)[:, None] & mask_d[None, :],
-                   offs_d, mask_d, D, LN, CM, SPLIT)
+                   offs_d, mask_d, D, LN, CM, SPLIT, cpy_ptr, COPY)
 
 
 @triton.jit
@@ -931,14 +934,16 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
-                FTR: tl.constexpr = 0):
+                FTR: tl.constexpr = 0, x_ptr=None, CPF: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
     attention -> oproj and LN2 -> FFN1 (each use ends at a barrier before the next write). The wide GEMMs use
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
     LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
-    APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks)."""
+    APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
+    CPF (``copy_phase: fused``): layer 0's LN1 split was written by the copy phase (its barrier is this layer's
+    first); with LNL, layer 0's QKV programs normalise x, the rows the copy phase is still writing into y."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -946,11 +951,20 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNF or LNL:  # LN1 came from the copy phase (layer 0) or the previous layer's FFN phase (LNF), or is
         bar = bar - 1  # computed by the QKV programs (LNL)
     else:
-        _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                    PRESPLIT, xlo_ptr)
+        if CPF:
+            if l > 0:
+                _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD,
+                            CM, PRESPLIT, xlo_ptr)
+        else:
+            _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
+                        PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if LNL:
-        _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
+        if CPF:  # layer 0 reads x: no barrier behind the copy phase (y is next written after the QKV barrier)
+            src_ptr = tl.where(l > 0, y_ptr, x_ptr)
+        else:
+            src_ptr = y_ptr
+        _ln_linear_phase(src_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
                          BNQ, BD, CM, WROWS, 4 * D, NEST)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
@@ -1040,7 +1054,7 @@ def _seqres_fwd(
     FLAT: tl.constexpr, TRACE: tl.constexpr, WROWS: tl.constexpr, BNQ: tl.constexpr, BNF: tl.constexpr,
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
-    LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr,
+    LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1055,26 +1069,31 @@ def _seqres_fwd(
     row0 = group * M
     flags_ptr = flags_ptr + group * BLOCK_R
     NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * LNF - LNL) if FLAT else BARRIERS_PER_LAYER
-    NBAR: tl.constexpr = 1 + L * NBL
+    NBAR: tl.constexpr = 1 + L * NBL - CPF
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
         trace_row = trace_ptr + pid.to(tl.int64) * (2 * NBAR + 2)
         tl.store(trace_row, _now(pid))
         trace_ptr = trace_row + 1 - 2 * (epoch + 1)
 
-    _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
+    if CPF and not LNL:  # the copy and layer 0's LN1 split in one pass over x; its barrier is layer 0's first
+        _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr,
+                    y_ptr, True)
+    else:
+        _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     if LNF:  # layer 0's LN1 split straight from x (the same rows; x is never written)
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr)
-    _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
+    if not CPF:
+        _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
             _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
                         flags_ptr, err_ptr, spin_limit, trace_ptr, l,
-                        epoch + 2 + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr, lnfb_ptr,
-                        L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD, BM_LN, CM,
-                        PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL, APK,
-                        ARS, FTR)
+                        epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
+                        lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
+                        BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
+                        APK, ARS, FTR, x_ptr, CPF)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
