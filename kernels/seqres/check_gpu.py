@@ -288,6 +288,17 @@ SWEEP = {
     "pub_cps": dict(published=True, copy_phase="separate"),
     "pub_lnl": dict(published=True, ln_local="qkv"),
     "pub_bq32": dict(published=True, block_q=32),
+    # session 16: one 8-warp program per SM on 128-row tiles again, now that the wgmma chains are asynchronous (session
+    # 14 measured it with every dot waited for): 128x128 GEMM tiles (half the weight bytes per MMA), 128-row attention
+    # tiles (a 64-row half per warpgroup), 3-4 stages; case 9 on groups of 2 sequences (128 rows)
+    "w8_bm128_s4_q128": dict(num_warps=8, ctas_per_sm=1, block_m=128, num_stages=4, attn_stages=3, block_q=128),
+    "w8_bm128_s3_q128": dict(num_warps=8, ctas_per_sm=1, block_m=128, num_stages=3, block_q=128),
+    "w8_bm128_s4_q128_ov": dict(num_warps=8, ctas_per_sm=1, block_m=128, num_stages=4, attn_stages=3, block_q=128,
+                                wgmma_chain="overlap"),
+    "w8_g2_bm128_s4": dict(num_warps=8, ctas_per_sm=1, block_m=128, num_stages=4, attn_stages=3, seqs_per_program=2,
+                           attn_pack=2, block_q=128),
+    "w8_g2_bm128_s4_ov": dict(num_warps=8, ctas_per_sm=1, block_m=128, num_stages=4, attn_stages=3,
+                              seqs_per_program=2, attn_pack=2, block_q=128, wgmma_chain="overlap"),
     "arf_wa": dict(acc_reset="flag", wgmma_chain="async"),  # the defaults (the flat loop) in that form
     "pub_ao": dict(published=True, attn_oproj=True),  # the fusions again, now that the chains are asynchronous
     "pub_ff": dict(published=True, ffn_fused=True),
