@@ -146,7 +146,6 @@ def test_odd_shape_passes_gate(causal):
     dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
     # the copy phase with its own barrier (copy_phase: separate; the default fuses it with layer 0's LN1 split)
     dict(copy_phase="separate", gemm_loop="flat", flag_barrier=True, spin_limit=10, block_m_ln=8),
-    dict(copy_phase="separate", attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10),
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
@@ -154,7 +153,7 @@ def test_odd_shape_passes_gate(causal):
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate", "copy-separate-ln-local",
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
         "attn-pack2-fused", "attn-pack2-unsplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
@@ -229,12 +228,11 @@ def test_flag_epochs_match_barrier_count():
         nqb = c.S // p.meta["BQ"] + (c.S % p.meta["BQ"] > 0)
         nc = -(-4 * c.D // p.meta["BH"])
         assert torch.all(p.cnt[:, :nqb] == n * c.L * c.H) and torch.all(p.cnt[:, nqb:] == n * c.L * nc)
-    # ln_local drops the LN1 phase: 4 L with the fusions (the copy phase has no barrier: layer 0's QKV reads x)
-    for copy_phase, nb in (("fused", 4 * c.L), ("separate", 1 + 4 * c.L)):
-        p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10,
-                      copy_phase=copy_phase)
-        v.run(p, make_input(c, 1.0, 0, device=dev))
-        assert p.epoch == nb and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
+    # ln_local drops the LN1 phase: 1 + 4 L with the fusions (its copy phase keeps its barrier: there is no LN1
+    # pass to share it with)
+    p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10)
+    v.run(p, make_input(c, 1.0, 0, device=dev))
+    assert p.epoch == 1 + 4 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
 
 
 def test_unsupported_shapes_raise():
@@ -405,6 +403,29 @@ def test_ln_local_checks_its_preconditions():
     assert prepare_meta(load_case("case10"), n_sm=132, ln_local="qkv")[0]["LNL"] == 1
 
 
+def test_copy_phase_is_fused_only_with_an_ln1_pass_and_validated():
+    meta = lambda name, **kw: prepare_meta(load_case(name), n_sm=132, **kw)[0]  # noqa: E731
+    assert meta("case01")["CPF"] == 1 and meta("case01", copy_phase="separate")["CPF"] == 0
+    assert meta("case10", ln_local="qkv")["CPF"] == 0  # no LN1 pass to carry the copy
+    assert meta("case01", attn_oproj=True, ffn_fused=True, ln_fold=True)["CPF"] == 0
+    assert meta("case01", gemm_loop="tiled", presplit_rows=3)["CPF"] == 0
+    with pytest.raises(ValueError, match="fused.*separate"):
+        meta("case01", copy_phase="merged")
+
+
+def test_qkv_stream_k_needs_its_preconditions():
+    meta = lambda name, **kw: prepare_meta(load_case(name), n_sm=132, **kw)[0]  # noqa: E731
+    assert meta("case07", qkv_stream_k="auto")["QSK"] == 1      # 18 QKV tiles over 8 programs
+    assert meta("case01", qkv_stream_k="auto")["QSK"] == 0      # 12 tiles over 4: they divide
+    assert meta("case01", qkv_stream_k=True)["QSK"] == 1
+    with pytest.raises(ValueError, match="gemm_loop=flat"):
+        meta("case07", qkv_stream_k=True, gemm_loop="nested")
+    with pytest.raises(ValueError, match="at least one QKV tile per program"):
+        meta("case11", qkv_stream_k=True, block_n_wide=128)      # 12 tiles of 128 over 16 programs
+    with pytest.raises(ValueError, match="true, false or auto"):
+        meta("case07", qkv_stream_k="sometimes")
+
+
 def test_attn_oproj_needs_presplit_attention_and_a_bool():
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=True, attn_presplit=False)
@@ -543,13 +564,11 @@ def test_phase_profile_splits_work_and_barrier_wait_per_phase_kind():
     assert pp["kernel_us"] == pytest.approx(max(r[-1] for r in rows) / 1e3)  # first start (0) to last end
     with pytest.raises(ValueError, match="trace=true"):
         phase_profile(SimpleNamespace(meta=dict(TRACE=False, FLAT=0)))
-    # copy_phase fused: no copy barrier; the first barrier is layer 0's LN1 (or, with ln_local, its QKV), whose
-    # work counts from the program's start
+    # copy_phase fused: no copy barrier; the first barrier is layer 0's LN1, whose work counts from the start
     flat = dict(TRACE=True, FLAT=1, CPF=1, AO=1, FF=1)  # phases ln1 qkv attn ln2 ffn
     pp = phase_profile(SimpleNamespace(meta=flat, trace=torch.tensor(rows, dtype=torch.int64)))
     assert pp["work_us"] == pytest.approx(dict(ln1=2 + 12, qkv=4, attn=6, ln2=8, ffn=10, final=5))
-    pp = phase_profile(SimpleNamespace(meta=dict(flat, LNL=1), trace=torch.tensor(rows[:1], dtype=torch.int64)))
-    assert pp["work_us"] == pytest.approx(dict(qkv=2 + 10, attn=4 + 12, ln2=6, ffn=8, final=5))
+    assert "copy" not in pp["wait_us"] and pp["wait_us"]["ln1"] == pytest.approx(2 * 2.5)
 
 
 def test_direct_launch_passes_every_constexpr_in_signature_order():

@@ -286,7 +286,9 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if cpf < 0:
         raise ValueError(f"seqres: copy_phase={o['copy_phase']!r}: fused (y = x written by the pass that splits "
                          "layer 0's LN1, one barrier fewer) or separate (a copy phase and its barrier first)")
-    cpf = int(cpf and flat and not lnf)  # (the tiled loop and ln_fold keep the copy phase)
+    # (the tiled loop and ln_fold keep the copy phase; so does ln_local, which has no LN1 phase: its fused form,
+    # layer 0's QKV programs reading x through a pointer select, measured 2% slower on case 10, docs/seqres.md)
+    cpf = int(cpf and flat and not lnf and not lnl)
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -715,7 +717,7 @@ def phase_profile(p: SeqresPrepared) -> dict:
     phase kind (summed over layers), the mean over programs of the work (previous departure to arrival)
     and of the barrier wait (arrival to departure), in microseconds; plus the copy phase, the final
     LayerNorm and the whole kernel (first start to last end). With ``copy_phase: fused`` the copy has no barrier
-    of its own: it is counted in layer 0's first phase (ln1, or qkv with ``ln_local``)."""
+    of its own: it is counted in layer 0's ln1."""
     if not p.meta["TRACE"]:
         raise ValueError("seqres: phase_profile needs a launch prepared with trace=true")
     t = p.trace.double().cpu()

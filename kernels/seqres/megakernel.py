@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ..common.tl_helpers import (_poll, dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked, split_bf16_trunc)
+                                 layernorm_stats_chunked, split_bf16_trunc, wait_flag_t0, cta_sync)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -151,16 +151,21 @@ def _last_arrival(cnt_ptr, target):
 def _wait_flag(flag_ptr, target, spin_limit, err_ptr, LD: tl.constexpr):
     """Spin until the int32 flag at ``flag_ptr`` reaches ``target`` (acquire, gpu scope), at most ``spin_limit``
     polls; on timeout write ``target`` to ``err_ptr`` (run() then raises naming it) and go on. Then a CTA barrier,
-    so every thread's later loads follow the acquire."""
-    one = tl.arange(0, 1)
-    seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
-    tries = 0
-    while (seen < target) & (tries < spin_limit):
+    so every thread's later loads follow the acquire. LD (GPU): thread 0 spins in PTX (``wait_flag_t0``: a Triton
+    loop here would keep the pipeliner off the GEMM loop around it); else every thread polls with atomics."""
+    if LD:
+        bad = wait_flag_t0(flag_ptr, target, spin_limit) != 0
+    else:
+        one = tl.arange(0, 1)
         seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
-        tries += 1
-    if seen < target:
+        tries = 0
+        while (seen < target) & (tries < spin_limit):
+            seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
+            tries += 1
+        bad = seen < target
+    if bad:
         tl.atomic_xchg(err_ptr, target)
-    tl.debug_barrier()
+    cta_sync(LD)
 
 
 @triton.jit
@@ -697,10 +702,11 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     whose output is not a residual sum (the QKV split store). Each share is at least one tile long, so a cut tile
     has two pieces: the head (K steps from 0), at the end of program p's share, and the tail, at the start of
     program p + 1's. A program runs its head piece first and stores its partial accumulator in its slot of
-    ``part_ptr`` ([R, BM, BN] fp32), then publishes ``ptarget`` on its flag (``pflag_ptr[rank]``, release); then its
-    whole tiles; its tail piece last, which waits for program p - 1's flag (acquire), adds that partial and runs
-    the tile's epilogue. So the finisher runs after the piece it waits for in the share order (valid when
-    programs run one after another), and on the GPU the partial was published a whole share earlier."""
+    ``part_ptr`` ([R, BM, BN] fp32), then publishes ``ptarget`` on its flag (``pflag_ptr[rank]``, release); then the
+    rest of its share in order: the tail piece, which waits for program p - 1's flag (acquire), adds that partial and
+    runs the tile's epilogue, then the whole tiles. The piece waited for is the first thing its program does (a wait
+    of at most one head piece on the GPU), and it belongs to an earlier program (valid when programs run one after
+    another)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     KT: tl.constexpr = (K + BK - 1) // BK
@@ -747,12 +753,10 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         RT_TRIPS: tl.constexpr = FTR != 0 and PRESPLIT == 1 and R > 1
         if FIX:
             n_own = end - start
-            n_head = end % KT                   # the cut tile at the share's end: its first n_head steps
-            n_tail = (KT - start % KT) % KT     # the cut tile at the share's start: its last n_tail steps
+            n_head = end % KT  # the cut tile at the share's end: its first n_head steps
         for i in range(0, (tl.minimum(end, T) - start) if RT_TRIPS else ITERS):
-            if FIX:  # order: head piece, whole tiles, tail piece
-                g = tl.where(i < n_head, end - n_head + i,
-                             tl.where(i < n_own - n_tail, start + n_tail + i - n_head, start + i - (n_own - n_tail)))
+            if FIX:  # order: the head piece first, then the share from its start (the tail piece, whole tiles)
+                g = tl.where(i < n_head, end - n_head + i, start + i - n_head)
                 valid = i < n_own
             else:
                 g = start + i
@@ -778,14 +782,17 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                     p_offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
                     if ts + KT > end:  # the head piece: hand the partial sum to program rank + 1
                         tl.store(part_ptr + rank * (BM * BN) + p_offs, acc)
-                        tl.debug_barrier()
+                        cta_sync(LDACQ)  # (not tl.debug_barrier: it keeps the pipeliner off this loop)
                         tl.atomic_xchg(pflag_ptr + rank, ptarget, sem="release", scope="gpu")
                     else:
-                        if ts < start:  # the tail piece: add program rank - 1's partial sum
+                        tail = ts < start  # the tail piece: add program rank - 1's partial sum
+                        if tail:
                             _wait_flag(pflag_ptr + rank - 1, ptarget, spin_limit, err_ptr, LDACQ)
-                            acc += tl.load(part_ptr + (rank - 1) * (BM * BN) + p_offs, cache_modifier=".cg")
-                        _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True, M, N, BM, BN,
-                                       GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, False)
+                        # (a masked load, not a branch that changes acc: that kept the pipeliner off the loop)
+                        part = tl.load(part_ptr + (rank - 1) * (BM * BN) + p_offs, mask=tail & (p_offs >= 0),
+                                       other=0.0, cache_modifier=".cg")
+                        _tile_epilogue(acc + part, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True, M, N, BM,
+                                       BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, False)
                 else:
                     _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
                                    (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
@@ -983,7 +990,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
-                FTR: tl.constexpr = 0, x_ptr=None, CPF: tl.constexpr = 0, QSK: tl.constexpr = 0, part_ptr=None):
+                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, QSK: tl.constexpr = 0, part_ptr=None):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -991,8 +998,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     [BM, BNQ] (QKV, N = 3D) and [BM, BNF] (FFN1, N = 4D) tiles, oproj and FFN2 (N = D) [BM, BN].
     LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
     APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
-    CPF (``copy_phase: fused``): layer 0's LN1 split was written by the copy phase (its barrier is this layer's
-    first); with LNL, layer 0's QKV programs normalise x, the rows the copy phase is still writing into y.
+    CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
+    is this layer's first).
     QSK (``qkv_stream_k``): the QKV phase shares its (tile, K step) pairs equally, cut tiles finished through
     ``part_ptr`` (the group's [R, BM, BNQ] partial sums) and the flags after the group's barrier flags."""
     SEG: tl.constexpr = S if APK > 1 else 0
@@ -1011,11 +1018,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                         PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if LNL:
-        if CPF:  # layer 0 reads x: no barrier behind the copy phase (y is next written after the QKV barrier)
-            src_ptr = tl.where(l > 0, y_ptr, x_ptr)
-        else:
-            src_ptr = y_ptr
-        _ln_linear_phase(src_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
+        _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
                          BNQ, BD, CM, WROWS, 4 * D, NEST)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
@@ -1129,7 +1132,7 @@ def _seqres_fwd(
         tl.store(trace_row, _now(pid))
         trace_ptr = trace_row + 1 - 2 * (epoch + 1)
 
-    if CPF and not LNL:  # the copy and layer 0's LN1 split in one pass over x; its barrier is layer 0's first
+    if CPF:  # the copy and layer 0's LN1 split in one pass over x; its barrier is layer 0's first
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr,
                     y_ptr, True)
     else:
@@ -1147,7 +1150,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, x_ptr, CPF, QSK, qkv_ptr + group * (R * BM * BNQ))
+                        APK, ARS, FTR, CPF, QSK, qkv_ptr + group * (R * BM * BNQ))
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
