@@ -421,7 +421,7 @@ def test_qkv_stream_k_needs_its_preconditions():
     with pytest.raises(ValueError, match="gemm_loop=flat"):
         meta("case07", qkv_stream_k=True, gemm_loop="nested")
     with pytest.raises(ValueError, match="at least one QKV tile per program"):
-        meta("case11", qkv_stream_k=True, block_n_wide=128)      # 12 tiles of 128 over 16 programs
+        meta("case11", qkv_stream_k=True, block_n_wide=128, n_slots=264)  # 12 tiles of 128, 16 programs
     with pytest.raises(ValueError, match="true, false or auto"):
         meta("case07", qkv_stream_k="sometimes")
 
