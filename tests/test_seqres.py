@@ -413,19 +413,6 @@ def test_copy_phase_is_fused_only_with_an_ln1_pass_and_validated():
         meta("case01", copy_phase="merged")
 
 
-def test_qkv_stream_k_needs_its_preconditions():
-    meta = lambda name, **kw: prepare_meta(load_case(name), n_sm=132, **kw)[0]  # noqa: E731
-    assert meta("case07", qkv_stream_k="auto")["QSK"] == 1      # 18 QKV tiles over 8 programs
-    assert meta("case01", qkv_stream_k="auto")["QSK"] == 0      # 12 tiles over 4: they divide
-    assert meta("case01", qkv_stream_k=True)["QSK"] == 1
-    with pytest.raises(ValueError, match="gemm_loop=flat"):
-        meta("case07", qkv_stream_k=True, gemm_loop="nested")
-    with pytest.raises(ValueError, match="at least one QKV tile per program"):
-        meta("case11", qkv_stream_k=True, block_n_wide=128, n_slots=264)  # 12 tiles of 128, 16 programs
-    with pytest.raises(ValueError, match="true, false or auto"):
-        meta("case07", qkv_stream_k="sometimes")
-
-
 def test_attn_oproj_needs_presplit_attention_and_a_bool():
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=True, attn_presplit=False)
@@ -670,50 +657,6 @@ def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
     ref = d(y0) + d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
     err = (d(y) - ref).abs().max().item()
     assert err < 1e-4, f"max error {err}"
-
-
-@triton.jit
-def _flat_fix_kernel(ahi, alo, w, b, ohi, olo, part, pflag, err, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-                     R: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GELU: tl.constexpr):
-    """One split-output flat GEMM phase, o = split(epilogue(a @ w + b)), as the QKV phase with qkv_stream_k:
-    equal shares of the (tile, K step) pairs, cut tiles finished through ``part`` / ``pflag`` (target 7)."""
-    pid = tl.program_id(0)
-    _linear_phase_flat(ahi, alo, w, b, ohi, ohi, olo, 0, pid, M, N, K, GELU, False, 2, "ieee", 2, R, BM, BN, BK, "",
-                       2, FIX=True, part_ptr=part, pflag_ptr=pflag, ptarget=7, spin_limit=100, err_ptr=err,
-                       LDACQ=False)
-
-
-@pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
-@pytest.mark.parametrize("M,R,gelu", [(48, 5, 0), (40, 5, 2), (48, 4, 0), (48, 3, 0)],
-                         ids=["even-cut", "ragged-cut-gelu", "even-cut-4", "whole-tiles"])
-def test_flat_split_phase_stream_k_fixup(M, R, gelu):
-    """qkv_stream_k: R programs share 6 tiles x 4 K steps equally (shares of 4-8 steps), so most tiles are cut
-    in two; each head piece hands its partial sum to the next program, which finishes the tile (bias, GELU,
-    split store) after waiting on its flag. Programs run one after another here: each finisher runs after the
-    piece it waits for, as the fix-up's order promises. Every element must equal the split of a @ w + b once,
-    no flag wait may time out, and the flags must end at the target where a program handed a piece on."""
-    from kernels.common.split import split_hi_lo
-    N, K = 32, 64
-    g = torch.Generator().manual_seed(M * 10 + R)
-    a, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
-    b = torch.randn(N, generator=g)
-    ahi, alo = (t.float() for t in split_hi_lo(a))
-    whi, wlo = (t.float() for t in split_hi_lo(w))
-    wsplit = torch.stack([whi, wlo], dim=1).reshape(2 * K, N).contiguous()
-    ohi, olo = torch.full((M, N), float("nan")), torch.full((M, N), float("nan"))
-    part, pflag, err = torch.zeros(R, 16, 16), torch.zeros(R, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
-    _flat_fix_kernel[(R,)](ahi, alo, wsplit, b, ohi, olo, part, pflag, err, M, N, K, R, 16, 16, 16, gelu)
-    d = lambda t: t.double()  # noqa: E731
-    ref = d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
-    if gelu:
-        ref = torch.nn.functional.gelu(ref)
-    # the hi + lo split keeps ~16 bits (2^-16 relative); a lost or doubled piece would be off by O(1)
-    bad = ((d(ohi) + d(olo) - ref).abs() > 2.0 ** -15 * ref.abs() + 1e-6).sum().item()
-    assert bad == 0, f"{bad} elements off; max error {(d(ohi) + d(olo) - ref).abs().max().item()}"
-    assert int(err.item()) == 0
-    T, KT = 6 * 4, 4
-    cut = [(r + 1) * T // R % KT != 0 for r in range(R)]  # the share ends inside a tile: a head piece
-    assert pflag.tolist() == [7 if c else 0 for c in cut] and (any(cut) or R == 3)
 
 
 @triton.jit

@@ -223,47 +223,6 @@ def counter_t0_ptx(pub: str = "release", poll: str = "acquire", fence: bool = Fa
 COUNTER_T0_PTX = tl.constexpr(counter_t0_ptx())
 
 
-# A wait on one flag by thread 0 alone (seqres ``qkv_stream_k``): spin on ``ld.acquire.gpu`` of $1 until it reaches $2, at
-# most $3 polls ($0 = 1 on timeout). A loop in PTX rather than in Triton: Triton's software pipeliner leaves a loop that
-# holds another loop (the spin) unpipelined. The caller puts a CTA barrier after it.
-WAIT_T0_PTX = tl.constexpr(
-    "{ .reg .pred p, q; .reg .b32 t, v, n;\n\t"
-    "mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; mov.b32 $0, 0;\n\t"
-    "@p bra DONE;\n\t"
-    "mov.u32 n, 0;\n"
-    "LOOP:\n\t"
-    "ld.acquire.gpu.global.b32 v, [$1];\n\t"
-    "setp.ge.s32 q, v, $2;\n\t"
-    "@q bra DONE;\n\t"
-    "add.u32 n, n, 1; setp.lt.u32 q, n, $3;\n\t"
-    "@q bra LOOP;\n\t"
-    "mov.b32 $0, 1;\n"
-    "DONE:\n\t}")
-
-
-@triton.jit
-def cta_sync(PTX: tl.constexpr):
-    """A CTA barrier (``bar.sync 0``) that Triton's software pipeliner does not see: ``tl.debug_barrier`` inside a
-    loop keeps the pipeliner off the loop (seqres ``qkv_stream_k``: the GEMM loop's loads went unpipelined). PTX
-    (GPU): inline PTX, run once by every thread; else (the interpreter) ``tl.debug_barrier``."""
-    if PTX:
-        one = tl.arange(0, 1)
-        tl.inline_asm_elementwise("bar.sync 0;\n\tmov.b32 $0, 0;", "=r,r", [one], dtype=tl.int32, is_pure=False,
-                                  pack=1)
-    else:
-        tl.debug_barrier()
-
-
-@triton.jit
-def wait_flag_t0(flag_ptr, target, limit):
-    """Thread 0 spins until the int32 flag reaches ``target`` (``WAIT_T0_PTX``; GPU only). Returns 1 where the spin
-    timed out (thread 0), else 0."""
-    one = tl.arange(0, 1)
-    bad = tl.inline_asm_elementwise(WAIT_T0_PTX, "=r,l,r,r", [flag_ptr + one, target + one * 0, limit + one * 0],
-                                    dtype=tl.int32, is_pure=False, pack=1)
-    return tl.max(bad, axis=0)
-
-
 @triton.jit
 def counter_t0(ctr_ptr, goal, limit):
     """Thread 0's publish and spin of the MODE 7 barrier (``COUNTER_T0_PTX``; GPU only). Returns 1 where the spin

@@ -288,13 +288,9 @@ SWEEP = {
     "pub_cps": dict(published=True, copy_phase="separate"),
     "pub_lnl": dict(published=True, ln_local="qkv"),
     "pub_bq32": dict(published=True, block_q=32),
-    # session 16: the QKV phase in equal stream-K shares with a fix-up for cut tiles (qkv_stream_k): 64-wide QKV
-    # tiles on cases 5, 6, 11 (their 128-wide ones leave programs idle), the flat loop on case 7 (18 tiles over 8
-    # programs); 32-row LayerNorm blocks (one per program on case 1)
-    "pub_qsk64": dict(published=True, qkv_stream_k=True, block_n_wide=64),
+    # session 16: 32-row LayerNorm blocks (one per program on case 1); 64-wide QKV tiles on cases 5, 6, 11 (the control
+    # of the QKV stream-K measurement, docs/seqres.md session 16: the option was removed after it)
     "pub_bnw64": dict(published=True, block_n_wide=64),
-    "pub_flat_qsk": dict(published=True, gemm_loop="flat", qkv_stream_k=True),
-    "pub_flat_auto_qsk": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto", qkv_stream_k=True),
     "pub_lnb32": dict(published=True, block_m_ln=32),
     # session 16: one 8-warp program per SM on 128-row tiles again, now that the wgmma chains are asynchronous (session
     # 14 measured it with every dot waited for): 128x128 GEMM tiles (half the weight bytes per MMA), 128-row attention

@@ -29,8 +29,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (_poll, dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked, split_bf16_trunc, wait_flag_t0, cta_sync)
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
+                                 layernorm_stats_chunked, split_bf16_trunc)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -145,27 +145,6 @@ def _last_arrival(cnt_ptr, target):
     old = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
     tl.debug_barrier()
     return old == target - 1
-
-
-@triton.jit
-def _wait_flag(flag_ptr, target, spin_limit, err_ptr, LD: tl.constexpr):
-    """Spin until the int32 flag at ``flag_ptr`` reaches ``target`` (acquire, gpu scope), at most ``spin_limit``
-    polls; on timeout write ``target`` to ``err_ptr`` (run() then raises naming it) and go on. Then a CTA barrier,
-    so every thread's later loads follow the acquire. LD (GPU): thread 0 spins in PTX (``wait_flag_t0``: a Triton
-    loop here would keep the pipeliner off the GEMM loop around it); else every thread polls with atomics."""
-    if LD:
-        bad = wait_flag_t0(flag_ptr, target, spin_limit) != 0
-    else:
-        one = tl.arange(0, 1)
-        seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
-        tries = 0
-        while (seen < target) & (tries < spin_limit):
-            seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
-            tries += 1
-        bad = seen < target
-    if bad:
-        tl.atomic_xchg(err_ptr, target)
-    cta_sync(LD)
 
 
 @triton.jit
@@ -670,9 +649,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0,
-                       FIX: tl.constexpr = False, part_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0,
-                       err_ptr=None, LDACQ: tl.constexpr = True):
+                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
@@ -696,24 +673,14 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     step are relaxed as well (session 15). NEST true — a loop
     over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
     flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
-    tile and 3x the accumulator registers (docs/seqres.md).
-
-    FIX (``qkv_stream_k``; flat loop, any epilogue): stream-K shares with a fix-up instead of atomics, for phases
-    whose output is not a residual sum (the QKV split store). Each share is at least one tile long, so a cut tile
-    has two pieces: the head (K steps from 0), at the end of program p's share, and the tail, at the start of
-    program p + 1's. A program runs its head piece first and stores its partial accumulator in its slot of
-    ``part_ptr`` ([R, BM, BN] fp32), then publishes ``ptarget`` on its flag (``pflag_ptr[rank]``, release); then the
-    rest of its share in order: the tail piece, which waits for program p - 1's flag (acquire), adds that partial and
-    runs the tile's epilogue, then the whole tiles. The piece waited for is the first thing its program does (a wait
-    of at most one head piece on the GPU), and it belongs to an earlier program (valid when programs run one after
-    another)."""
+    tile and 3x the accumulator registers (docs/seqres.md)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     KT: tl.constexpr = (K + BK - 1) // BK
     T: tl.constexpr = NT * KT
     TPP: tl.constexpr = (NT + R - 1) // R
     EVEN: tl.constexpr = (M % BM == 0) and (N % BN == 0) and (K % BK == 0)
-    if STREAM_K or FIX:
+    if STREAM_K:
         ITERS: tl.constexpr = (T + R - 1) // R
         start = rank * T // R
         end = (rank + 1) * T // R
@@ -751,16 +718,9 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         # FTR on the GPU (bf16 parts): a runtime trip count, no padded steps; the interpreter cannot loop to a bound
         # computed from the rank
         RT_TRIPS: tl.constexpr = FTR != 0 and PRESPLIT == 1 and R > 1
-        if FIX:
-            n_own = end - start
-            n_head = end % KT  # the cut tile at the share's end: its first n_head steps
         for i in range(0, (tl.minimum(end, T) - start) if RT_TRIPS else ITERS):
-            if FIX:  # order: the head piece first, then the share from its start (the tail piece, whole tiles)
-                g = tl.where(i < n_head, end - n_head + i, start + i - n_head)
-                valid = i < n_own
-            else:
-                g = start + i
-                valid = (g < end) & (g < T)
+            g = start + i
+            valid = (g < end) & (g < T)
             gc = tl.minimum(g, T - 1)
             t = gc // KT
             kk = gc - t * KT
@@ -774,29 +734,13 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
             acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
             last = kk == KT - 1
-            if STREAM_K or FIX:
+            if STREAM_K:
                 last = last | (g == end - 1)
             if valid & last:
                 ts = t * KT
-                if FIX:
-                    p_offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-                    if ts + KT > end:  # the head piece: hand the partial sum to program rank + 1
-                        tl.store(part_ptr + rank * (BM * BN) + p_offs, acc)
-                        cta_sync(LDACQ)  # (not tl.debug_barrier: it keeps the pipeliner off this loop)
-                        tl.atomic_xchg(pflag_ptr + rank, ptarget, sem="release", scope="gpu")
-                    else:
-                        tail = ts < start  # the tail piece: add program rank - 1's partial sum
-                        if tail:
-                            _wait_flag(pflag_ptr + rank - 1, ptarget, spin_limit, err_ptr, LDACQ)
-                        # (a masked load, not a branch that changes acc: that kept the pipeliner off the loop)
-                        part = tl.load(part_ptr + (rank - 1) * (BM * BN) + p_offs, mask=tail & (p_offs >= 0),
-                                       other=0.0, cache_modifier=".cg")
-                        _tile_epilogue(acc + part, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True, M, N, BM,
-                                       BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, False)
-                else:
-                    _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
-                                   (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
-                                   CM, EVEN, LDO, STREAM_K)
+                _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, ts >= start,
+                               (ts >= start) & (ts + KT <= end), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT,
+                               CM, EVEN, LDO, STREAM_K)
                 if ARS != 1:  # branch (0), or flag (2): the compile pass turns this reset into the next dot's predicate
                     acc = tl.zeros((BM, BN), tl.float32)
 
@@ -990,7 +934,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
-                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, QSK: tl.constexpr = 0, part_ptr=None):
+                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -999,9 +943,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
     APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
     CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
-    is this layer's first).
-    QSK (``qkv_stream_k``): the QKV phase shares its (tile, K step) pairs equally, cut tiles finished through
-    ``part_ptr`` (the group's [R, BM, BNQ] partial sums) and the flags after the group's barrier flags."""
+    is this layer's first)."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -1025,9 +967,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS, FTR=FTR, FIX=QSK != 0,
-                           part_ptr=part_ptr, pflag_ptr=flags_ptr + BLOCK_R, ptarget=bar + 1, spin_limit=spin_limit,
-                           err_ptr=err_ptr, LDACQ=PRESPLIT == 1)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS, FTR=FTR)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
@@ -1111,7 +1051,6 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    QSK: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1124,7 +1063,7 @@ def _seqres_fwd(
         rank = pid % R
     M: tl.constexpr = G * S
     row0 = group * M
-    flags_ptr = flags_ptr + group * (BLOCK_R * (2 if QSK else 1))  # QSK: the QKV pieces' flags after the barrier's
+    flags_ptr = flags_ptr + group * BLOCK_R
     NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * LNF - LNL) if FLAT else BARRIERS_PER_LAYER
     NBAR: tl.constexpr = 1 + L * NBL - CPF
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
@@ -1150,7 +1089,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, QSK, qkv_ptr + group * (R * BM * BNQ))
+                        APK, ARS, FTR, CPF)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
