@@ -146,8 +146,6 @@ def test_odd_shape_passes_gate(causal):
     dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
     # the copy phase with its own barrier (copy_phase: separate; the default fuses it with layer 0's LN1 split)
     dict(copy_phase="separate", gemm_loop="flat", flag_barrier=True, spin_limit=10, block_m_ln=8),
-    # the LayerNorm / copy phases' row-block loop software-pipelined (several 8-row blocks per program)
-    dict(ln_stages=2, block_m_ln=8, seqs_per_program=2, attn_oproj=True, ffn_fused=True),
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
@@ -155,7 +153,7 @@ def test_odd_shape_passes_gate(causal):
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate", "ln-stages-2",
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
         "attn-pack2-fused", "attn-pack2-unsplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
@@ -413,10 +411,6 @@ def test_copy_phase_is_fused_only_with_an_ln1_pass_and_validated():
     assert meta("case01", gemm_loop="tiled", presplit_rows=3)["CPF"] == 0
     with pytest.raises(ValueError, match="fused.*separate"):
         meta("case01", copy_phase="merged")
-    assert meta("case01", ln_stages=2)["LNS"] == 2
-    for bad in (-1, 5, "2", True):
-        with pytest.raises(ValueError, match="ln_stages"):
-            meta("case01", ln_stages=bad)
 
 
 def test_attn_oproj_needs_presplit_attention_and_a_bool():

@@ -292,8 +292,6 @@ SWEEP = {
     # of the QKV stream-K measurement, docs/seqres.md session 16: the option was removed after it)
     "pub_bnw64": dict(published=True, block_n_wide=64),
     "pub_lnb32": dict(published=True, block_m_ln=32),
-    "pub_lns2": dict(published=True, ln_stages=2),  # the LayerNorm phases' block loop pipelined (cases 1, 10: 2 blocks)
-    "pub_lns2_lnb8": dict(published=True, ln_stages=2, block_m_ln=8),
     # session 16: one 8-warp program per SM on 128-row tiles again, now that the wgmma chains are asynchronous (session
     # 14 measured it with every dot waited for): 128x128 GEMM tiles (half the weight bytes per MMA), 128-row attention
     # tiles (a 64-row half per warpgroup), 3-4 stages; case 9 on groups of 2 sequences (128 rows)

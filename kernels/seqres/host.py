@@ -289,10 +289,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     # (the tiled loop and ln_fold keep the copy phase; so does ln_local, which has no LN1 phase: its fused form,
     # layer 0's QKV programs reading x through a pointer select, measured 2% slower on case 10, docs/seqres.md)
     cpf = int(cpf and flat and not lnf and not lnl)
-    lns = o["ln_stages"]
-    if not isinstance(lns, int) or isinstance(lns, bool) or not 0 <= lns <= 4:
-        raise ValueError(f"seqres: ln_stages={lns!r}: 0 (the LayerNorm phases' block loop as written) or 1-4 (its "
-                         "software-pipelining depth)")
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -317,7 +313,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, LNS=lns,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
