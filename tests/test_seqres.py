@@ -3,6 +3,7 @@
 TRITON_INTERPRET must be set before triton/kernels are first imported (Triton picks the interpreter
 when a kernel is decorated). When another module imported kernels first without it, these tests skip.
 """
+import math
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -14,7 +15,8 @@ from kernels import Case, Unsupported, gate, get_variant, load_case, make_input,
 from kernels.reference import reference_forward  # noqa: E402
 from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
-from kernels.seqres.megakernel import _ffn_fused_phase, _linear_phase_flat  # noqa: E402
+from kernels.seqres.megakernel import (_attention_block, _ffn_fused_phase, _kv_merge_scale,  # noqa: E402
+                                       _linear_phase_flat)
 from kernels.common.tl_helpers import gelu_erf_poly, layernorm_stats, layernorm_stats_chunked  # noqa: E402
 from kernels.gate import ATOL, RTOL  # noqa: E402
 from workflow.stages.correctness import check_variant  # noqa: E402
@@ -657,6 +659,56 @@ def test_flat_residual_phase_shares_work_over_programs(M, R, sk):
     ref = d(y0) + d(alo) @ d(whi) + d(ahi) @ d(wlo) + d(ahi) @ d(whi) + d(b)
     err = (d(y) - ref).abs().max().item()
     assert err < 1e-4, f"max error {err}"
+
+
+@triton.jit
+def _kv_halves_kernel(qkv, out, qk_scale, S: tl.constexpr, D: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr):
+    """attn_kv_split's arithmetic in one program: the online softmax over each half of the key blocks
+    (``_attention_block``, as each of the two programs runs it), then each half's output scaled by its share of the
+    combined normaliser (``_kv_merge_scale``) and the two added (in the kernel, by their output projections)."""
+    NKV: tl.constexpr = S // BKV
+    offs_q = tl.arange(0, BQ)
+    offs_d = tl.arange(0, D)
+    q = tl.load(qkv + offs_q[:, None] * (3 * D) + offs_d[None, :]) * qk_scale
+    m0 = tl.full((BQ,), float("-inf"), tl.float32)
+    l0 = tl.zeros((BQ,), tl.float32)
+    a0 = tl.zeros((BQ, D), tl.float32)
+    m1, l1, a1 = m0, l0, a0
+    for j in range(0, NKV // 2):
+        m0, l0, a0 = _attention_block(qkv, 0, q, offs_q, j * BKV, m0, l0, a0, 0, S, D, D, False, "ieee", BKV, D, "")
+        m1, l1, a1 = _attention_block(qkv, 0, q, offs_q, (NKV // 2 + j) * BKV, m1, l1, a1, 0, S, D, D, False, "ieee",
+                                      BKV, D, "")
+    o = a0 * _kv_merge_scale(m0, l0, m1, l1)[:, None] + a1 * _kv_merge_scale(m1, l1, m0, l0)[:, None]
+    tl.store(out + offs_q[:, None] * D + offs_d[None, :], o)
+
+
+@pytest.mark.parametrize("scale", [1e-2, 1.0, 30.0], ids=["flat", "unit", "peaked"])
+def test_attn_kv_split_halves_combine_to_softmax_attention(scale):
+    """The two halves' states, each scaled by its share of the combined normaliser, add up to softmax attention
+    over all keys, also when one half holds all the weight (scale 30: the other half's maximum is far below)."""
+    S, D, BQ, BKV = 64, 16, 16, 16
+    g = torch.Generator().manual_seed(3)
+    qkv = torch.randn(S, 3 * D, generator=g) * scale
+    out = torch.empty(BQ, D)
+    _kv_halves_kernel[(1,)](qkv, out, math.log2(math.e) / math.sqrt(D), S, D, BQ, BKV)
+    q, k, v = (qkv[:, i * D:(i + 1) * D].double() for i in range(3))
+    ref = torch.softmax(q[:BQ] @ k.T / math.sqrt(D), dim=-1) @ v
+    assert (out.double() - ref).abs().max().item() < 1e-5 * max(1.0, ref.abs().max().item())
+
+
+def test_attn_kv_split_needs_its_preconditions():
+    meta = lambda name, **kw: prepare_meta(load_case(name), n_sm=132, n_slots=264, **kw)[0]  # noqa: E731
+    fused = dict(attn_oproj=True, ffn_fused=True, attn_fill=False)
+    assert meta("case11", attn_kv_split=True, **fused)["KVS"] == 1   # 8 tiles of 64 rows, 16 programs
+    assert meta("case11", **fused)["KVS"] == 0
+    assert meta("case01", attn_kv_split=True, attn_oproj=True)["KVS"] == 0  # 8 tiles over 4 programs: off
+    for bad, match in ((dict(), "attn_oproj=true"), (dict(fused, block_kv=256), "even number of key blocks")):
+        with pytest.raises(ValueError, match=match):
+            meta("case11", attn_kv_split=True, **bad)
+    with pytest.raises(ValueError, match="non-causal"):
+        meta("case10", attn_kv_split=True, **fused)
+    with pytest.raises(ValueError, match="true or false"):
+        meta("case11", attn_kv_split="yes", **fused)
 
 
 @triton.jit

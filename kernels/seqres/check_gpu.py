@@ -292,6 +292,9 @@ SWEEP = {
     # of the QKV stream-K measurement, docs/seqres.md session 16: the option was removed after it)
     "pub_bnw64": dict(published=True, block_n_wide=64),
     "pub_lnb32": dict(published=True, block_m_ln=32),
+    # session 16: the attention tiles' key blocks in two halves on two programs (case 11: 8 tiles, 16 programs)
+    "pub_kvs": dict(published=True, attn_kv_split=True),
+    "pub_kvs_bkv128": dict(published=True, attn_kv_split=True, block_kv=128),
     # session 16: one 8-warp program per SM on 128-row tiles again, now that the wgmma chains are asynchronous (session
     # 14 measured it with every dot waited for): 128x128 GEMM tiles (half the weight bytes per MMA), 128-row attention
     # tiles (a 64-row half per warpgroup), 3-4 stages; case 9 on groups of 2 sequences (128 rows)

@@ -289,6 +289,19 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     # (the tiled loop and ln_fold keep the copy phase; so does ln_local, which has no LN1 phase: its fused form,
     # layer 0's QKV programs reading x through a pointer select, measured 2% slower on case 10, docs/seqres.md)
     cpf = int(cpf and flat and not lnf and not lnl)
+    if o["attn_kv_split"] not in (True, False):
+        raise ValueError(f"seqres: attn_kv_split={o['attn_kv_split']!r}: true or false")
+    kvs = 0
+    if o["attn_kv_split"]:
+        bkv = _block(o["block_kv"], sa)
+        nkv = -(-sa // bkv)
+        why = [w for c, w in ((not ao, "attn_oproj=true"), (case.causal, "a non-causal case"),
+                              (apk > 1, "attn_pack=1"), (lnf, "ln_fold=false"),
+                              (nkv % 2, f"an even number of key blocks (S={sa}, block_kv={bkv})")) if c]
+        if why:
+            raise ValueError(f"seqres: attn_kv_split=true needs {', '.join(why)}; set attn_kv_split=false")
+        # two programs per attention tile; with fewer (e.g. R = 1 under the interpreter) the split is off
+        kvs = int(2 * ga * H * -(-sa // bq) <= R)
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -313,7 +326,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -458,9 +471,12 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
 
     def make(meta, launch_opts, info):
         n_bar = 1 + _barriers_per_layer(meta) * case.L - int(bool(meta.get("CPF")))
+        # attn_kv_split: each group's [R, 2, BQ] softmax states in the fp32 qkv scratch (free with attn_presplit)
+        assert not meta.get("KVS") or n_groups * meta["R"] * 2 * meta["BQ"] <= scratch["qkv"].numel()
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
-            flags=torch.zeros(n_groups, meta["BLOCK_R"], device=dev, dtype=torch.int32),
+            flags=torch.zeros(n_groups, meta["BLOCK_R"] * (2 if meta.get("KVS") else 1), device=dev,
+                              dtype=torch.int32),
             cnt=torch.zeros(n_groups, max(1, meta["NCNT"]), device=dev, dtype=torch.int32),
             trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
                               dtype=torch.int64),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
+from ..common.tl_helpers import (_poll, dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
                                  layernorm_stats_chunked, split_bf16_trunc)
 
 LN_EPS = tl.constexpr(1e-5)
@@ -313,7 +313,8 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      SPLIT_OUT: tl.constexpr = 0, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0):
+                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0,
+                     KVS: tl.constexpr = 0, stat_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0, err_ptr=None):
     """Attention of the group's G sequences (SEG > 0, ``attn_pack``: G packs of S rows, each holding S / SEG
     sequences of SEG rows that attend only within themselves); (sequence, head, query block) tiles round-robin
     over R. CAUSAL: odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
@@ -325,25 +326,37 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
     AO (``attn_oproj``): each tile also multiplies its output by its head's rows of Wo and adds the product into
     y with atomics (head 0 adds b_o): the output projection without its own phase (``_attention_oproj``).
     LNF (``ln_fold``, with AO): the last of the H tiles of a (sequence, query block) to finish normalises its
-    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``)."""
+    rows of y with LN2 into the split A operand of the FFN phase (a counter per query block, ``cnt_ptr``).
+    KVS (``attn_kv_split``, with AO, R >= 2 * tiles): programs 2t and 2t + 1 take tile t's two halves of the key
+    blocks; each publishes its rows' softmax state (max, sum) in ``stat_ptr`` and on its flag (``pflag_ptr``,
+    release), waits for its partner's (acquire), scales its unnormalised output by its share of the combined
+    normaliser and adds its own output projection of it into y (the projection is linear; half 0 adds b_o)."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
-    for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
-        if CAUSAL:
-            t = i * R + tl.where(i % 2 == 1, R - 1 - rank, rank)
-        else:
-            t = i * R + rank
-        if NT % R == 0:
+    if KVS:
+        if rank < 2 * NT:
+            t = rank // 2
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                             AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
-                            BM_LN, BD, SEG)
-        else:
-            if t < NT:
-                _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
-                                qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
-                                AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
-                                lnb_ptr, BM_LN, BD, SEG)
+                            BM_LN, BD, SEG, KVS, rank, stat_ptr, pflag_ptr, ptarget, spin_limit, err_ptr)
+    else:
+        for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
+            if CAUSAL:
+                t = i * R + tl.where(i % 2 == 1, R - 1 - rank, rank)
+            else:
+                t = i * R + rank
+            if NT % R == 0:
+                _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
+                                S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
+                                AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
+                                BM_LN, BD, SEG)
+            else:
+                if t < NT:
+                    _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
+                                    qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
+                                    AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
+                                    lnb_ptr, BM_LN, BD, SEG)
 
 
 @triton.jit
@@ -404,9 +417,12 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     SPLIT_OUT: tl.constexpr, qlo_ptr=None, QS: tl.constexpr = 0, AST: tl.constexpr = 0,
                     AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
-                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0):
+                    lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0,
+                    KVS: tl.constexpr = 0, prank=0, stat_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0,
+                    err_ptr=None):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks. SEG > 0: "sequence"
-    g is a pack of consecutive sequences of SEG rows each (``_attention_block``)."""
+    g is a pack of consecutive sequences of SEG rows each (``_attention_block``). KVS: this program (``prank``) takes
+    half ``prank % 2`` of the key blocks and combines with its partner ``prank ^ 1`` (``_attention_phase``)."""
     NKV: tl.constexpr = (S + BKV - 1) // BKV
     offs_d = tl.arange(0, BDH)
     mask_d = offs_d < DH
@@ -424,40 +440,86 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     m_i = tl.full((BQ,), float("-inf"), tl.float32)
     l_i = tl.zeros((BQ,), tl.float32)
     acc = tl.zeros((BQ, BDH), tl.float32)
-    # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
-    # because the interpreter cannot loop to a runtime bound inside a device function)
-    for j in tl.range(0, NKV, num_stages=AST if AST > 0 else None):
-        if CAUSAL:
-            if j * BKV < (qb + 1) * BQ:
+    if KVS:  # (not causal: every row has keys in both halves)
+        j0 = (prank % 2) * (NKV // 2)
+        for j in tl.range(0, NKV // 2, num_stages=AST if AST > 0 else None):
+            m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, (j0 + j) * BKV, m_i, l_i, acc, hd,
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS, SEG)
+        out = _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_limit, err_ptr, BQ, QS == 1)
+        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
+                         WROWS, BN2, (hd == 0) & (prank % 2 == 0))
+    else:
+        # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
+        # because the interpreter cannot loop to a runtime bound inside a device function)
+        for j in tl.range(0, NKV, num_stages=AST if AST > 0 else None):
+            if CAUSAL:
+                if j * BKV < (qb + 1) * BQ:
+                    m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
+                                                     S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
+                                                     SEG)
+            else:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
                                                  S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
                                                  SEG)
+        if SEG > 0:  # padding rows past the last pack have no key of their own sequence: 0, not 0 / 0
+            out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         else:
-            m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
-                                             SEG)
-    if SEG > 0:  # padding rows past the last pack have no key of their own sequence: 0, not 0 / 0
-        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    else:
-        out = acc / l_i[:, None]
-    if AO:
-        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                         WROWS, BN2)
-        if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
-            NQB: tl.constexpr = (S + BQ - 1) // BQ
-            if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
-                _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
-                         ".cg", SPLIT_OUT)
-    else:
-        _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
-               mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
+            out = acc / l_i[:, None]
+        if AO:
+            _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
+                             WROWS, BN2, hd == 0)
+            if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
+                NQB: tl.constexpr = (S + BQ - 1) // BQ
+                if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
+                    _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
+                             ".cg", SPLIT_OUT)
+        else:
+            _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+                   mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
+
+
+@triton.jit
+def _kv_merge_scale(m_i, l_i, m_o, l_o):
+    """The factor that turns this half's unnormalised output (state m_i, l_i: max and sum of exp2 over its keys) into
+    its share of the softmax over both halves (the other: m_o, l_o): exp2(m_i - m) / (l_i exp2(m_i - m) + l_o
+    exp2(m_o - m)), m the larger max (``attn_kv_split``)."""
+    m = tl.maximum(m_i, m_o)
+    a = tl.exp2(m_i - m)
+    return a / (l_i * a + l_o * tl.exp2(m_o - m))
+
+
+@triton.jit
+def _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_limit, err_ptr, BQ: tl.constexpr,
+                     LD: tl.constexpr):
+    """Exchange the softmax state with the partner program (``prank ^ 1``) and return this half's share of the
+    normalised output: publish (m_i, l_i) in this program's slot of ``stat_ptr`` ([R, 2, BQ] fp32), release its flag
+    (``ptarget``), spin on the partner's flag (acquire; LD: ``ld.acquire``, else atomics; at most ``spin_limit``
+    polls, then ``err_ptr`` = ptarget), read its state through L2 (GPU only: the partner runs concurrently)."""
+    offs = tl.arange(0, BQ)
+    tl.store(stat_ptr + prank * (2 * BQ) + offs, m_i)
+    tl.store(stat_ptr + prank * (2 * BQ) + BQ + offs, l_i)
+    tl.debug_barrier()
+    tl.atomic_xchg(pflag_ptr + prank, ptarget, sem="release", scope="gpu")
+    one = tl.arange(0, 1)
+    other = prank ^ 1
+    seen = tl.max(_poll(pflag_ptr + other + one, one < 1, LD), axis=0)
+    tries = 0
+    while (seen < ptarget) & (tries < spin_limit):
+        seen = tl.max(_poll(pflag_ptr + other + one, one < 1, LD), axis=0)
+        tries += 1
+    if seen < ptarget:
+        tl.atomic_xchg(err_ptr, ptarget)
+    tl.debug_barrier()
+    m_o = tl.load(stat_ptr + other * (2 * BQ) + offs, cache_modifier=".cg")
+    l_o = tl.load(stat_ptr + other * (2 * BQ) + BQ + offs, cache_modifier=".cg")
+    return acc * _kv_merge_scale(m_i, l_i, m_o, l_o)[:, None]
 
 
 @triton.jit
 def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
                      D: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BDH: tl.constexpr,
-                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr):
-    """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0) with atomics, in BN2-wide column blocks:
+                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr, with_bias=True):
+    """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o where ``with_bias``: head 0) with atomics, in BN2-wide column blocks:
     ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
     interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
     o_hi, o_lo = split_bf16_trunc(out, SPLIT == 1)
@@ -472,7 +534,7 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
         o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
-        o += tl.where(hd == 0, bias, 0.0)[None, :]
+        o += tl.where(with_bias, bias, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
                       sem="relaxed", scope="gpu")
 
@@ -934,7 +996,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
-                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0):
+                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -943,7 +1005,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     LNL (``ln_local: qkv``): no LN1 phase, the QKV programs normalise their own row blocks in registers.
     APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
     CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
-    is this layer's first)."""
+    is this layer's first). KVS (``attn_kv_split``): two programs per attention tile, one per half of the key blocks,
+    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -977,7 +1040,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL, P_LIN,
                          R, BQ, BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
-                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, SEG)
+                         ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, SEG, KVS, stat_ptr, flags_ptr + BLOCK_R, bar + 2,
+                         spin_limit, err_ptr)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL,
                          P_ATTN, R, BQ, BKV, BDH, CM, PRESPLIT, None, 0, AST, SEG=SEG)
@@ -1051,6 +1115,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
+    KVS: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1063,7 +1128,7 @@ def _seqres_fwd(
         rank = pid % R
     M: tl.constexpr = G * S
     row0 = group * M
-    flags_ptr = flags_ptr + group * BLOCK_R
+    flags_ptr = flags_ptr + group * (BLOCK_R * (2 if KVS else 1))  # KVS: the key halves' flags after the barrier's
     NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * LNF - LNL) if FLAT else BARRIERS_PER_LAYER
     NBAR: tl.constexpr = 1 + L * NBL - CPF
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
@@ -1089,7 +1154,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ))
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
