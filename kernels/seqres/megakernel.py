@@ -447,7 +447,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                                              S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS, SEG)
         out = _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_limit, err_ptr, BQ, QS == 1)
         _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                         WROWS, BN2, (hd == 0) & (prank % 2 == 0))
+                         WROWS, BN2, KVS, prank % 2)
     else:
         # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
         # because the interpreter cannot loop to a runtime bound inside a device function)
@@ -467,7 +467,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
             out = acc / l_i[:, None]
         if AO:
             _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                             WROWS, BN2, hd == 0)
+                             WROWS, BN2)
             if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
                 NQB: tl.constexpr = (S + BQ - 1) // BQ
                 if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
@@ -518,8 +518,10 @@ def _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_li
 @triton.jit
 def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
                      D: tl.constexpr, DH: tl.constexpr, PREC: tl.constexpr, BDH: tl.constexpr,
-                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr, with_bias=True):
-    """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o where ``with_bias``: head 0) with atomics, in BN2-wide column blocks:
+                     SPLIT: tl.constexpr, WROWS: tl.constexpr, BN2: tl.constexpr, KVS: tl.constexpr = 0,
+                     half=0):
+    """y[rows] += out @ Wo[hd*DH : (hd+1)*DH, :] (+ b_o for head 0; KVS: head 0's half 0) with atomics, in BN2-wide
+    column blocks:
     ``out`` [BQ, BDH] is head hd's attention output, split into bf16 hi/lo in registers (SPLIT 1; 2: fp32-held,
     interpreter) for three dots on the presplit weight rows (``attn_oproj``)."""
     o_hi, o_lo = split_bf16_trunc(out, SPLIT == 1)
@@ -534,7 +536,10 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
         o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
         bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
-        o += tl.where(with_bias, bias, 0.0)[None, :]
+        if KVS:
+            o += tl.where((hd == 0) & (half == 0), bias, 0.0)[None, :]
+        else:
+            o += tl.where(hd == 0, bias, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
                       sem="relaxed", scope="gpu")
 
