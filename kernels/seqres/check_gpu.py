@@ -295,8 +295,6 @@ SWEEP = {
     # session 16: the attention tiles' key blocks in two halves on two programs (case 11: 8 tiles, 16 programs)
     "pub_kvs": dict(published=True, attn_kv_split=True),
     "pub_kvs_bkv128": dict(published=True, attn_kv_split=True, block_kv=128),
-    # session 16: case 7's QKV phase (18 tiles over 8 programs) in stream-K shares with a fix-up, on the nested loop
-    "pub_qsk": dict(published=True, qkv_stream_k=True),
     # session 16: one 8-warp program per SM on 128-row tiles again, now that the wgmma chains are asynchronous (session
     # 14 measured it with every dot waited for): 128x128 GEMM tiles (half the weight bytes per MMA), 128-row attention
     # tiles (a 64-row half per warpgroup), 3-4 stages; case 9 on groups of 2 sequences (128 rows)

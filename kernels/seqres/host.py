@@ -326,11 +326,10 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, QSK=0,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
-    meta["QSK"] = qkv_stream_k(o["qkv_stream_k"], meta, M, R)
     if lnf:  # a counter per (sequence, query block) and one per FFN row block
         meta["NCNT"] = G * -(-S // meta["BQ"]) + -(-M // bm)
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
@@ -338,29 +337,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         launch["maxnreg"] = int(o["maxnreg"])
     info.update(G=G, R=R, grid=n_groups * R, precisions=precs, fast_layers=fast_layers)
     return meta, launch, info
-
-
-def qkv_stream_k(opt, meta: dict, M: int, R: int) -> int:
-    """``qkv_stream_k``: whether the QKV phase shares its (tile, K step) pairs equally over the group's programs,
-    cut tiles finished by a fix-up (``_linear_phase_flat`` FIX). auto: only where its tiles do not divide over the
-    programs. It needs the nested loop (the flat loop's form, measured in session 16, made ptxas copy the accumulator
-    at every K step), the q/k/v split store (attn_presplit; the fp32 qkv scratch holds the partial sums), no
-    ln_local, and shares of at least one tile (a cut tile then has two pieces). With R = 1 it is off."""
-    if opt not in (True, False, "auto"):
-        raise ValueError(f"seqres: qkv_stream_k={opt!r}: true, false or auto")
-    if opt is False or R == 1:
-        return 0
-    kt = -(-meta["D"] // meta["BK"])
-    nt = -(-M // meta["BM"]) * -(-3 * meta["D"] // meta["BNQ"])
-    why = [w for c, w in ((not meta["NEST"], "gemm_loop=nested"), (not meta["AS"], "attn_presplit=true"),
-                          (meta["LNL"], "ln_local=false"),
-                          (nt * kt // R < kt, f"at least one QKV tile per program ({nt} tiles, {R} programs)"))
-           if c]
-    if why:
-        if opt is True:
-            raise ValueError(f"seqres: qkv_stream_k=true needs {', '.join(why)}; set qkv_stream_k=false or auto")
-        return 0
-    return int(opt is True or nt % R != 0)
 
 
 def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
@@ -495,15 +471,12 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
 
     def make(meta, launch_opts, info):
         n_bar = 1 + _barriers_per_layer(meta) * case.L - int(bool(meta.get("CPF")))
-        # attn_kv_split / qkv_stream_k: each group's [R, 2, BQ] softmax states or [R, BM, BNQ] partial sums in the
-        # fp32 qkv scratch (free with attn_presplit)
-        n_part = n_groups * meta["R"] * (meta["BM"] * meta["BNQ"] if meta.get("QSK") else 2 * meta["BQ"])
-        if (meta.get("KVS") or meta.get("QSK")) and n_part > scratch["qkv"].numel():
-            scratch["qkv"] = torch.empty(n_part, **f32)
+        # attn_kv_split: each group's [R, 2, BQ] softmax states in the fp32 qkv scratch (free with attn_presplit)
+        assert not meta.get("KVS") or n_groups * meta["R"] * 2 * meta["BQ"] <= scratch["qkv"].numel()
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,
-            flags=torch.zeros(n_groups, meta["BLOCK_R"] * (2 if meta.get("KVS") or meta.get("QSK") else 1),
-                              device=dev, dtype=torch.int32),
+            flags=torch.zeros(n_groups, meta["BLOCK_R"] * (2 if meta.get("KVS") else 1), device=dev,
+                              dtype=torch.int32),
             cnt=torch.zeros(n_groups, max(1, meta["NCNT"]), device=dev, dtype=torch.int32),
             trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
                               dtype=torch.int64),

@@ -148,22 +148,6 @@ def _last_arrival(cnt_ptr, target):
 
 
 @triton.jit
-def _wait_flag(flag_ptr, target, spin_limit, err_ptr, LD: tl.constexpr):
-    """Spin until the int32 flag at ``flag_ptr`` reaches ``target`` (acquire, gpu scope; LD: ``ld.acquire``, else
-    atomics), at most ``spin_limit`` polls; on timeout write ``target`` to ``err_ptr`` (run() then raises naming it)
-    and go on. Then a CTA barrier, so every thread's later loads follow the acquire."""
-    one = tl.arange(0, 1)
-    seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
-    tries = 0
-    while (seen < target) & (tries < spin_limit):
-        seen = tl.max(_poll(flag_ptr + one, one < 1, LD), axis=0)
-        tries += 1
-    if seen < target:
-        tl.atomic_xchg(err_ptr, target)
-    tl.debug_barrier()
-
-
-@triton.jit
 def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 dst_ptr,            # [*, D] fp32 (SPLIT: the hi part)
                 w_ptr, b_ptr,       # [D] LayerNorm weight / bias (used when LN)
@@ -696,12 +680,9 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
                  PREC: tl.constexpr, PRESPLIT: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                  WROWS: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr,
-                 WHOLE: tl.constexpr, FIX: tl.constexpr = 0, rank=0, part_ptr=None, pflag_ptr=None, ptarget=0,
-                 spin_limit=0, err_ptr=None, LD: tl.constexpr = True):
+                 WHOLE: tl.constexpr):
     """K steps [k_first, k_end) of tile t (``gemm_loop: nested``; WHOLE: all KT steps, constexpr bounds) with the
-    three bf16x3 terms in three accumulators, then the tile's epilogue. FIX (``qkv_stream_k``): 1, the tile's head
-    piece: store the partial sum in this program's slot of ``part_ptr`` and publish ``ptarget`` on its flag; 2, its
-    tail piece: wait for program rank - 1's flag, add its partial sum, then the epilogue (``_linear_phase_flat``)."""
+    three bf16x3 terms in three accumulators, then the tile's epilogue."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     KT: tl.constexpr = (K + BK - 1) // BK
     tm = t // NT_N
@@ -719,22 +700,9 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
         for kk in range(k_first, k_end):
             acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
                                                   a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
-        if FIX:
-            p_offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-            acc = (acc_lh + acc_hl) + acc_hh
-            if FIX == 1:  # the head piece: hand the partial sum on to program rank + 1
-                tl.store(part_ptr + rank * (BM * BN) + p_offs, acc)
-                tl.debug_barrier()
-                tl.atomic_xchg(pflag_ptr + rank, ptarget, sem="release", scope="gpu")
-            else:  # the tail piece: add program rank - 1's partial sum and finish the tile
-                _wait_flag(pflag_ptr + rank - 1, ptarget, spin_limit, err_ptr, LD)
-                acc += tl.load(part_ptr + (rank - 1) * (BM * BN) + p_offs, cache_modifier=".cg")
-                _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True, M, N, BM, BN, GELU,
-                               RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, False)
-        else:
-            _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
-                           (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
-                           LDO, STREAM_K)
+        _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
+                       (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
+                       LDO, STREAM_K)
 
 
 @triton.jit
@@ -748,9 +716,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0,
-                       FIX: tl.constexpr = False, part_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0,
-                       err_ptr=None, LD: tl.constexpr = True):
+                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
@@ -774,22 +740,14 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     step are relaxed as well (session 15). NEST true — a loop
     over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
     flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
-    tile and 3x the accumulator registers (docs/seqres.md).
-
-    FIX (``qkv_stream_k``; NEST, R > 1): stream-K shares of the (tile, K step) pairs for a phase whose output is not a
-    residual sum (the QKV split store), each at least one tile long, so a cut tile has two pieces: its head (from K
-    step 0) ends program p's share, its tail starts program p + 1's. A program runs its head piece first, stores the
-    partial sum in its slot of ``part_ptr`` ([R, BM, BN] fp32) and publishes ``ptarget`` on its flag
-    (``pflag_ptr[rank]``, release); then its tail piece, which waits for program p - 1's flag (acquire), adds that
-    partial sum and finishes the tile; then its whole tiles. The piece waited for belongs to an earlier program and is
-    that program's first work (valid when programs run one after another; on the GPU a head piece's wait)."""
+    tile and 3x the accumulator registers (docs/seqres.md)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     KT: tl.constexpr = (K + BK - 1) // BK
     T: tl.constexpr = NT * KT
     TPP: tl.constexpr = (NT + R - 1) // R
     EVEN: tl.constexpr = (M % BM == 0) and (N % BN == 0) and (K % BK == 0)
-    if STREAM_K or FIX:
+    if STREAM_K:
         ITERS: tl.constexpr = (T + R - 1) // R
         start = rank * T // R
         end = (rank + 1) * T // R
@@ -805,22 +763,6 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, 0, KT, a_offs, w_offs,
                              M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
                              STREAM_K, True)
-        elif FIX:
-            n_head = end % KT
-            n_tail = (KT - start % KT) % KT
-            if n_head > 0:
-                _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, end // KT, 0, n_head,
-                             a_offs, w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS,
-                             EVEN, LDO, False, False, 1, rank, part_ptr, pflag_ptr, ptarget, spin_limit, err_ptr, LD)
-            if n_tail > 0:
-                _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, start // KT, KT - n_tail,
-                             KT, a_offs, w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM,
-                             WROWS, EVEN, LDO, False, False, 2, rank, part_ptr, pflag_ptr, ptarget, spin_limit,
-                             err_ptr, LD)
-            for t in range((start + n_tail) // KT, (end - n_head) // KT):
-                _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, 0, KT, a_offs, w_offs,
-                             M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
-                             False, True)
         else:
             if STREAM_K:
                 t_first = start // KT
@@ -1059,8 +1001,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
-                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
-                QSK: tl.constexpr = 0):
+                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1070,9 +1011,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
     CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
     is this layer's first). KVS (``attn_kv_split``): two programs per attention tile, one per half of the key blocks,
-    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags. QSK
-    (``qkv_stream_k``, nested loop): the QKV phase in equal stream-K shares, cut tiles finished through the partial
-    sums in ``stat_ptr`` ([R, BM, BNQ]) and the same flags (a phase apart from the attention's)."""
+    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -1096,9 +1035,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS, FTR=FTR, FIX=QSK != 0,
-                           part_ptr=stat_ptr, pflag_ptr=flags_ptr + BLOCK_R, ptarget=bar + 1, spin_limit=spin_limit,
-                           err_ptr=err_ptr, LD=PRESPLIT == 1)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS, FTR=FTR)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
@@ -1183,7 +1120,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, QSK: tl.constexpr,
+    KVS: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1196,7 +1133,7 @@ def _seqres_fwd(
         rank = pid % R
     M: tl.constexpr = G * S
     row0 = group * M
-    flags_ptr = flags_ptr + group * (BLOCK_R * (2 if KVS or QSK else 1))  # KVS, QSK: pair flags after the barrier's
+    flags_ptr = flags_ptr + group * (BLOCK_R * (2 if KVS else 1))  # KVS: the key halves' flags after the barrier's
     NBL: tl.constexpr = (BARRIERS_PER_LAYER_FLAT - FF - AO - 2 * LNF - LNL) if FLAT else BARRIERS_PER_LAYER
     NBAR: tl.constexpr = 1 + L * NBL - CPF
     if TRACE:  # row of this program: [start, (arrival, departure) per barrier, end]
@@ -1222,7 +1159,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * (BM * BNQ if QSK else 2 * BQ)), QSK)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ))
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
