@@ -65,7 +65,12 @@ class SeqresPrepared:
 
     @property
     def barriers_per_launch(self) -> int:
-        return 1 + _barriers_per_layer(self.meta) * self.case.L - int(bool(self.meta.get("CPF")))
+        return _barriers_per_launch(self.meta, self.case.L)
+
+
+def _barriers_per_launch(meta: dict, L: int) -> int:
+    """The copy phase's barrier (none with ``copy_phase: fused``: it shares layer 0's LN1 barrier) + L layers'."""
+    return 1 + _barriers_per_layer(meta) * L - int(bool(meta.get("CPF")))
 
 
 def _barriers_per_layer(meta: dict) -> int:
@@ -459,7 +464,6 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
             parts = [hi, lo, hi][:meta["WROWS"]]
             tensors[i] = torch.stack(parts, dim=2).reshape(hi.shape[0], len(parts) * hi.shape[1], hi.shape[2])
     f32 = dict(device=dev, dtype=torch.float32)
-    n_groups = B // meta["G"]
     scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
                    f=torch.empty(B * S, 4 * D, **f32))
     if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
@@ -468,10 +472,12 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
                        f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
     else:
         scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
+    n_groups = B // meta["G"]
 
     def make(meta, launch_opts, info):
-        n_bar = 1 + _barriers_per_layer(meta) * case.L - int(bool(meta.get("CPF")))
-        # attn_kv_split: each group's [R, 2, BQ] softmax states in the fp32 qkv scratch (free with attn_presplit)
+        n_bar = _barriers_per_launch(meta, case.L)
+        # attn_kv_split: each group's [R, 2, BQ] softmax states in the fp32 qkv scratch (free with attn_presplit;
+        # R <= 16 programs and BQ <= G * S rows make that at most 32 rows' worth of [B*S, 3D])
         assert not meta.get("KVS") or n_groups * meta["R"] * 2 * meta["BQ"] <= scratch["qkv"].numel()
         return SeqresPrepared(
             case=case, tensors=tensors, scratch=scratch,

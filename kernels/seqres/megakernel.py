@@ -440,42 +440,38 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     m_i = tl.full((BQ,), float("-inf"), tl.float32)
     l_i = tl.zeros((BQ,), tl.float32)
     acc = tl.zeros((BQ, BDH), tl.float32)
-    if KVS:  # (not causal: every row has keys in both halves)
-        j0 = (prank % 2) * (NKV // 2)
-        for j in tl.range(0, NKV // 2, num_stages=AST if AST > 0 else None):
-            m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, (j0 + j) * BKV, m_i, l_i, acc, hd,
-                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS, SEG)
-        out = _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_limit, err_ptr, BQ, QS == 1)
-        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                         WROWS, BN2, KVS, prank % 2)
-    else:
-        # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
-        # because the interpreter cannot loop to a runtime bound inside a device function)
-        for j in tl.range(0, NKV, num_stages=AST if AST > 0 else None):
-            if CAUSAL:
-                if j * BKV < (qb + 1) * BQ:
-                    m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
-                                                     S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
-                                                     SEG)
-            else:
+    # KVS: this program's half of the key blocks (not causal: every row has keys in both halves)
+    NKVP: tl.constexpr = NKV // 2 if KVS else NKV
+    j0 = (prank % 2) * NKVP if KVS else 0
+    # constexpr trip count; causal skips key blocks past the query block (a runtime guard, not a bound,
+    # because the interpreter cannot loop to a runtime bound inside a device function)
+    for j in tl.range(0, NKVP, num_stages=AST if AST > 0 else None):
+        if CAUSAL:
+            if j * BKV < (qb + 1) * BQ:
                 m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd,
                                                  S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
                                                  SEG)
-        if SEG > 0:  # padding rows past the last pack have no key of their own sequence: 0, not 0 / 0
-            out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         else:
-            out = acc / l_i[:, None]
-        if AO:
-            _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                             WROWS, BN2)
-            if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
-                NQB: tl.constexpr = (S + BQ - 1) // BQ
-                if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
-                    _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
-                             ".cg", SPLIT_OUT)
-        else:
-            _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
-                   mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
+            m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, (j0 + j) * BKV, m_i, l_i, acc, hd,
+                                             S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
+                                             SEG)
+    if KVS:  # this half's share of the output normalised over both halves (the partner's state by a flag)
+        out = _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_limit, err_ptr, BQ, QS == 1)
+    elif SEG > 0:  # padding rows past the last pack have no key of their own sequence: 0, not 0 / 0
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    else:
+        out = acc / l_i[:, None]
+    if AO:
+        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
+                         WROWS, BN2, KVS, prank % 2)
+        if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
+            NQB: tl.constexpr = (S + BQ - 1) // BQ
+            if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
+                _ln_rows(y_ptr, o_ptr, olo_ptr, lnw_ptr, lnb_ptr, base + qb * BQ, base + S, D, BQ, BM_LN, BD,
+                         ".cg", SPLIT_OUT)
+    else:
+        _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+               mask_q[:, None] & mask_d[None, :], out, SPLIT_OUT)
 
 
 @triton.jit
