@@ -300,12 +300,19 @@ def group_barrier(flags_ptr, rank, target, err_ptr, spin_limit, R: tl.constexpr,
     else:
         tl.atomic_xchg(flags_ptr + rank, target, sem="release", scope="gpu")
         offs = tl.arange(0, BLOCK_R)
-        mask = offs < R
-        seen = tl.min(tl.where(mask, _poll(flags_ptr + offs, mask, MODE == 2), target), axis=0)
-        tries = 0
-        while (seen < target) & (tries < spin_limit):
-            seen = tl.min(tl.where(mask, _poll(flags_ptr + offs, mask, MODE == 2), target), axis=0)
-            tries += 1
-        if seen < target:
-            tl.atomic_xchg(err_ptr, target)
+        spin_flags(flags_ptr + offs, offs < R, target, err_ptr, spin_limit, MODE == 2)
     tl.debug_barrier()
+
+
+@triton.jit
+def spin_flags(ptrs, mask, target, err_ptr, spin_limit, LD: tl.constexpr):
+    """Spin until every flag at ``ptrs`` where ``mask`` is >= ``target`` (acquire, gpu scope; LD: ``ld.acquire``, else
+    atomics), at most ``spin_limit`` polls; on timeout write ``target`` to ``err_ptr`` (the host reports it) and go on.
+    The wait of ``group_barrier``'s flag modes, and of seqres's ``attn_kv_split`` pairs."""
+    seen = tl.min(tl.where(mask, _poll(ptrs, mask, LD), target), axis=0)
+    tries = 0
+    while (seen < target) & (tries < spin_limit):
+        seen = tl.min(tl.where(mask, _poll(ptrs, mask, LD), target), axis=0)
+        tries += 1
+    if seen < target:
+        tl.atomic_xchg(err_ptr, target)

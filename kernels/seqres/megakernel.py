@@ -29,8 +29,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (_poll, dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked, split_bf16_trunc)
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
+                                 layernorm_stats_chunked, spin_flags, split_bf16_trunc)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -498,13 +498,7 @@ def _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_li
     tl.atomic_xchg(pflag_ptr + prank, ptarget, sem="release", scope="gpu")
     one = tl.arange(0, 1)
     other = prank ^ 1
-    seen = tl.max(_poll(pflag_ptr + other + one, one < 1, LD), axis=0)
-    tries = 0
-    while (seen < ptarget) & (tries < spin_limit):
-        seen = tl.max(_poll(pflag_ptr + other + one, one < 1, LD), axis=0)
-        tries += 1
-    if seen < ptarget:
-        tl.atomic_xchg(err_ptr, ptarget)
+    spin_flags(pflag_ptr + other + one, one < 1, ptarget, err_ptr, spin_limit, LD)
     tl.debug_barrier()
     m_o = tl.load(stat_ptr + other * (2 * BQ) + offs, cache_modifier=".cg")
     l_o = tl.load(stat_ptr + other * (2 * BQ) + BQ + offs, cache_modifier=".cg")
@@ -1015,11 +1009,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNF or LNL:  # LN1 came from the copy phase (layer 0) or the previous layer's FFN phase (LNF), or is
         bar = bar - 1  # computed by the QKV programs (LNL)
     else:
-        if CPF:
-            if l > 0:
-                _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD,
-                            CM, PRESPLIT, xlo_ptr)
-        else:
+        if (not CPF) or (l > 0):  # (CPF: layer 0's LN1 split came with the copy)
             _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
                         PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
