@@ -17,7 +17,7 @@ from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
 from kernels.seqres.megakernel import (_attention_block, _ffn_fused_phase, _kv_merge_scale,  # noqa: E402
                                        _linear_phase_flat)
-from kernels.common.tl_helpers import gelu_erf_poly, layernorm_stats, layernorm_stats_chunked  # noqa: E402
+from kernels.common.tl_helpers import gelu_erf_poly, gelu_log2poly, layernorm_stats, layernorm_stats_chunked  # noqa: E402
 from kernels.gate import ATOL, RTOL  # noqa: E402
 from workflow.stages.correctness import check_variant  # noqa: E402
 import triton  # noqa: E402
@@ -126,14 +126,14 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="tiled", presplit_rows=3, presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
     dict(gemm_loop="tiled", presplit_rows=3, block_k=16, presplit_weights=True),                      # presplit dots, several K steps
     dict(gemm_loop="flat", presplit_rows=3, flag_barrier=True, spin_limit=10),  # flat loops, hi/lo/hi weight rows
-    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
+    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2, gelu="log2poly"),  # several tiles and K steps
     dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
          gelu="poly", attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
     dict(ffn_fused=True),  # 4D = 192 hidden columns in 128-wide chunks: a ragged last chunk
-    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10),
+    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10, gelu="log2poly"),
     dict(ffn_fused=True, gemm_loop="nested", gelu="libdevice", seqs_per_program=2, block_m_ln=8),
     dict(attn_oproj=True),  # D = 48 in 64-wide column blocks, 3 heads: head 0 adds the bias
     dict(attn_oproj=True, ffn_fused=True, block_q=16, block_kv=16, block_n2=16, flag_barrier=True, spin_limit=10),
@@ -712,25 +712,49 @@ def test_attn_kv_split_needs_its_preconditions():
 
 
 @triton.jit
-def _gelu_poly_kernel(x, o, N: tl.constexpr):
+def _gelu_poly_kernel(x, o, N: tl.constexpr, LOG2: tl.constexpr):
     offs = tl.arange(0, N)
-    tl.store(o + offs, gelu_erf_poly(tl.load(x + offs), False))
+    if LOG2:
+        tl.store(o + offs, gelu_log2poly(tl.load(x + offs), False))
+    else:
+        tl.store(o + offs, gelu_erf_poly(tl.load(x + offs), False))
 
 
-@pytest.mark.skipif(not interpreting(), reason="the portable path of gelu_erf_poly (the GPU path is PTX)")
-def test_gelu_erf_poly_matches_exact_gelu():
-    """The polynomial erf (Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7) in GELU: within 5e-7 of the exact
-    GELU in float64 over [-12, 12] and N(0, 9) samples, and no cancellation for negative x (the fp32
-    formula 0.5 x (1 + erf), as the reference evaluates it, loses all relative accuracy there)."""
+@pytest.mark.skipif(not interpreting(), reason="the portable path of the GELU helpers (the GPU path is PTX)")
+@pytest.mark.parametrize("log2", [False, True], ids=["erf_poly", "log2poly"])
+def test_gelu_poly_matches_exact_gelu(log2):
+    """The polynomial GELUs (erf of Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7; the fitted log2 Phi(-|x|)
+    polynomial of kernels/common/gelu_fit.py): within 5e-7 of the exact GELU in float64 over [-12, 12] and
+    N(0, 9) samples, and no cancellation for negative x (the fp32 formula 0.5 x (1 + erf), as the reference
+    evaluates it, loses all relative accuracy there)."""
     n = 1 << 14
     x = torch.cat([torch.linspace(-12, 12, n // 2), torch.randn(n // 2, generator=torch.Generator().manual_seed(0)) * 3])
     o = torch.empty_like(x)
-    _gelu_poly_kernel[(1,)](x, o, n)
+    _gelu_poly_kernel[(1,)](x, o, n, log2)
     ref = torch.nn.functional.gelu(x.double())
     err = (o.double() - ref).abs()
     assert err.max().item() < 5e-7, err.max().item()
     neg = (x < -3) & (ref.abs() > 1e-6)  # small outputs keep a small relative error (1 + erf taken as erfc)
     assert neg.any() and (err[neg] / ref[neg].abs()).max().item() < 5e-3
+
+
+def test_gelu_log2poly_coefficients_are_the_fit():
+    """tl_helpers.gelu_log2poly's coefficients are what kernels/common/gelu_fit.py computes (re-run here), and the
+    fit meets its weighted bound (GELU error <= 1e-6, relative error of Phi <= 1e-3) with room."""
+    import inspect
+    import re
+
+    from kernels.common import gelu_fit, tl_helpers
+    coef, worst = gelu_fit.fit()
+    assert worst < 0.2, worst
+    src = inspect.getsource(tl_helpers.gelu_log2poly.fn)
+    body = src[src.index("u = tl.minimum"):src.index("if PTX")]
+    assert f"tl.minimum(tl.abs(x), {gelu_fit.U_MAX})" in body
+    terms = re.findall(r"([+-])\s*(\d\.\d+(?:e-?\d+)?)\s*$", body, flags=re.M)
+    lead = re.search(r"u \* (\d\.\d+e-\d+)", body)
+    got = [float(lead.group(1))] + [float(v) * (1 if sign == "+" else -1) for sign, v in terms]
+    assert len(got) == gelu_fit.DEGREE + 1
+    assert torch.allclose(torch.tensor(got, dtype=torch.float64), torch.from_numpy(coef), rtol=1e-9, atol=0)
 
 
 def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():

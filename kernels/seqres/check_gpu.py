@@ -313,6 +313,10 @@ SWEEP = {
     "pub_flat_arf_wa": dict(published=True, gemm_loop="flat", acc_reset="flag", wgmma_chain="async"),
     "pub_flat_auto_arf_wa": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto",
                                  acc_reset="flag", wgmma_chain="async"),
+    # session 17: GELU as a fitted polynomial of log2 Phi(-|x|) and one exp2 (10 instructions, one MUFU, against the
+    # A&S erf's 13 with two)
+    "pub_g3": dict(published=True, gelu="log2poly"),
+    "g3": dict(gelu="log2poly"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

@@ -29,8 +29,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, group_barrier, layernorm_rows, layernorm_stats,
-                                 layernorm_stats_chunked, spin_flags, split_bf16_trunc)
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, gelu_log2poly, group_barrier, layernorm_rows,
+                                 layernorm_stats, layernorm_stats_chunked, spin_flags, split_bf16_trunc)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -618,8 +618,8 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
                    M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                    GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr, PRESPLIT: tl.constexpr,
                    CM: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr):
-    """Finish tile (tm, tn) from its accumulator: bias, GELU (1: libdevice erf, 2: polynomial erf), residual,
-    store or split store. STREAM_K: ``acc`` may be a piece of the tile (``whole`` false), added into o with
+    """Finish tile (tm, tn) from its accumulator: bias, GELU (1: libdevice erf, 2: polynomial erf, 3: log2 Phi
+    polynomial), residual, store or split store. STREAM_K: ``acc`` may be a piece of the tile (``whole`` false), added into o with
     atomics; the piece holding K step 0 (``first``) adds the bias."""
     offs_n = tn * BN + tl.arange(0, BN)
     # per tile, not hoisted; LDO: the output's row stride when it is not N
@@ -641,7 +641,9 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
             tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
     else:
         acc += bias[None, :]
-        if GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
+        if GELU == 3:  # log2 Phi(-|x|) polynomial and one exp2 (tl_helpers.gelu_log2poly)
+            acc = gelu_log2poly(acc, PRESPLIT == 1)
+        elif GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
             acc = gelu_erf_poly(acc, PRESPLIT == 1)
         elif GELU:
             acc = gelu_erf(acc)
@@ -872,7 +874,9 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
         acc += tl.load(b1_ptr + offs_h)[None, :]
     else:
         acc += tl.load(b1_ptr + offs_h, mask=offs_h < F, other=0.0)[None, :]
-    if GELU == 2:
+    if GELU == 3:
+        acc = gelu_log2poly(acc, PRESPLIT == 1)
+    elif GELU == 2:
         acc = gelu_erf_poly(acc, PRESPLIT == 1)
     else:
         acc = gelu_erf(acc)
