@@ -126,16 +126,19 @@ def test_odd_shape_passes_gate(causal):
     dict(gemm_loop="tiled", presplit_rows=3, presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
     dict(gemm_loop="tiled", presplit_rows=3, block_k=16, presplit_weights=True),                      # presplit dots, several K steps
     dict(gemm_loop="flat", presplit_rows=3, flag_barrier=True, spin_limit=10),  # flat loops, hi/lo/hi weight rows
-    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2, gelu="log2poly"),  # several tiles and K steps
+    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2, gelu="poly"),  # several tiles and K steps
     dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
          gelu="poly", attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
     dict(ffn_fused=True),  # 4D = 192 hidden columns in 128-wide chunks: a ragged last chunk
-    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10, gelu="log2poly"),
+    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10, gelu="poly"),
     dict(ffn_fused=True, gemm_loop="nested", gelu="libdevice", seqs_per_program=2, block_m_ln=8),
     dict(attn_oproj=True),  # D = 48 in 64-wide column blocks, 3 heads: head 0 adds the bias
+    dict(attn_oproj=True, ao_weights="late"),  # the projection in one 64-wide block (D = 48: masked columns)
+    dict(attn_oproj=True, ffn_fused=True, ao_weights="early", block_q=16, block_kv=16, seqs_per_program=2,
+         block_m_ln=8),
     dict(attn_oproj=True, ffn_fused=True, block_q=16, block_kv=16, block_n2=16, flag_barrier=True, spin_limit=10),
     dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", presplit_rows=3, attn_stages=1),
     dict(attn_oproj=True, ffn_fused=True, ln_fold=True),
@@ -153,7 +156,7 @@ def test_odd_shape_passes_gate(causal):
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj",
+        "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
         "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
         "attn-pack2-fused", "attn-pack2-unsplit"])

@@ -317,6 +317,10 @@ SWEEP = {
     # A&S erf's 13 with two)
     "pub_g3": dict(published=True, gelu="log2poly"),
     "g3": dict(gelu="log2poly"),
+    # session 17: attn_oproj's projection as one D-wide block, its weights loaded after the key loop (late) or before it
+    # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
+    "pub_aol": dict(published=True, ao_weights="late"),
+    "pub_aoe": dict(published=True, ao_weights="early"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

@@ -314,7 +314,8 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                      AO: tl.constexpr = 0, wo_ptr=None, bo_ptr=None, y_ptr=None, WROWS: tl.constexpr = 2,
                      BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
                      lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0,
-                     KVS: tl.constexpr = 0, stat_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0, err_ptr=None):
+                     KVS: tl.constexpr = 0, stat_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0, err_ptr=None,
+                     AOW: tl.constexpr = 0):
     """Attention of the group's G sequences (SEG > 0, ``attn_pack``: G packs of S rows, each holding S / SEG
     sequences of SEG rows that attend only within themselves); (sequence, head, query block) tiles round-robin
     over R. CAUSAL: odd rounds run in mirrored rank order, so a program that drew a short (early) query block in one round
@@ -330,7 +331,10 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
     KVS (``attn_kv_split``, with AO, R >= 2 * tiles): programs 2t and 2t + 1 take tile t's two halves of the key
     blocks; each publishes its rows' softmax state (max, sum) in ``stat_ptr`` and on its flag (``pflag_ptr``,
     release), waits for its partner's (acquire), scales its unnormalised output by its share of the combined
-    normaliser and adds its own output projection of it into y (the projection is linear; half 0 adds b_o)."""
+    normaliser and adds its own output projection of it into y (the projection is linear; half 0 adds b_o).
+    AOW (``ao_weights``, with AO): 0 = the projection in BN2-wide column blocks, each loading its weights after the
+    attention; 1 = one BD-wide block whose weights are loaded after the key loop, before the output is normalised
+    (KVS: before the exchange with the partner); 2 = the same weights loaded before the key loop."""
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NT: tl.constexpr = G * H * NQB
     if KVS:
@@ -339,7 +343,7 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
             _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                             S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                             AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
-                            BM_LN, BD, SEG, KVS, rank, stat_ptr, pflag_ptr, ptarget, spin_limit, err_ptr)
+                            BM_LN, BD, SEG, KVS, rank, stat_ptr, pflag_ptr, ptarget, spin_limit, err_ptr, AOW)
     else:
         for i in tl.range(0, (NT + R - 1) // R, num_stages=AST if AST > 0 else None):
             if CAUSAL:
@@ -350,13 +354,13 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
                 _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB, qk_scale,
                                 S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS, AST,
                                 AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr, lnb_ptr,
-                                BM_LN, BD, SEG)
+                                BM_LN, BD, SEG, AOW=AOW)
             else:
                 if t < NT:
                     _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, t // (H * NQB), (t // NQB) % H, t % NQB,
                                     qk_scale, S, D, H, DH, CAUSAL, PREC, BQ, BKV, BDH, CM, SPLIT_OUT, qlo_ptr, QS,
                                     AST, AO, wo_ptr, bo_ptr, y_ptr, WROWS, BN2, LNF, cnt_ptr, cnt_target, lnw_ptr,
-                                    lnb_ptr, BM_LN, BD, SEG)
+                                    lnb_ptr, BM_LN, BD, SEG, AOW=AOW)
 
 
 @triton.jit
@@ -419,7 +423,7 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
                     BN2: tl.constexpr = 64, LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None,
                     lnb_ptr=None, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16, SEG: tl.constexpr = 0,
                     KVS: tl.constexpr = 0, prank=0, stat_ptr=None, pflag_ptr=None, ptarget=0, spin_limit=0,
-                    err_ptr=None):
+                    err_ptr=None, AOW: tl.constexpr = 0):
     """Query block qb of head hd of sequence g (of the group), online softmax over key blocks. SEG > 0: "sequence"
     g is a pack of consecutive sequences of SEG rows each (``_attention_block``). KVS: this program (``prank``) takes
     half ``prank % 2`` of the key blocks and combines with its partner ``prank ^ 1`` (``_attention_phase``)."""
@@ -437,6 +441,14 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     else:
         q = q * qk_scale
         q_lo = q
+    if AO and AOW > 0:  # the head's rows of Wo as one BD-wide block (``_attention_oproj_w``)
+        wo_offs = (hd * DH + offs_d)[:, None] * (WROWS * D) + tl.arange(0, BD)[None, :]
+        if DH == BDH and D == BD:
+            wo_mask = None
+        else:
+            wo_mask = mask_d[:, None] & (tl.arange(0, BD) < D)[None, :]
+        if AOW == 2:
+            wo_hi, wo_lo, wo_hi2 = _w_parts(wo_ptr + wo_offs, wo_mask, D, WROWS)
     m_i = tl.full((BQ,), float("-inf"), tl.float32)
     l_i = tl.zeros((BQ,), tl.float32)
     acc = tl.zeros((BQ, BDH), tl.float32)
@@ -455,6 +467,8 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
             m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, (j0 + j) * BKV, m_i, l_i, acc, hd,
                                              S, D, DH, CAUSAL, PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS,
                                              SEG)
+    if AO and AOW == 1:
+        wo_hi, wo_lo, wo_hi2 = _w_parts(wo_ptr + wo_offs, wo_mask, D, WROWS)
     if KVS:  # this half's share of the output normalised over both halves (the partner's state by a flag)
         out = _kv_half_combine(acc, m_i, l_i, stat_ptr, pflag_ptr, prank, ptarget, spin_limit, err_ptr, BQ, QS == 1)
     elif SEG > 0:  # padding rows past the last pack have no key of their own sequence: 0, not 0 / 0
@@ -462,8 +476,12 @@ def _attention_tile(qkv_ptr, o_ptr, olo_ptr, row0, g, hd, qb, qk_scale,
     else:
         out = acc / l_i[:, None]
     if AO:
-        _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
-                         WROWS, BN2, KVS, prank % 2)
+        if AOW > 0:
+            _attention_oproj_w(out, wo_hi, wo_lo, wo_hi2, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, PREC, BD,
+                               SPLIT_OUT, KVS, prank % 2)
+        else:
+            _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, base + offs_q, mask_q, hd, D, DH, PREC, BDH, SPLIT_OUT,
+                             WROWS, BN2, KVS, prank % 2)
         if LNF:  # the last head of this query block to finish: LN2 of its rows -> the FFN phase's A operand
             NQB: tl.constexpr = (S + BQ - 1) // BQ
             if _last_arrival(cnt_ptr + g * NQB + qb, cnt_target):
@@ -532,6 +550,26 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
             o += tl.where(hd == 0, bias, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
                       sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _attention_oproj_w(out, w_hi, w_lo, w_hi2, bo_ptr, y_ptr, rows, mask_q, hd, D: tl.constexpr, PREC: tl.constexpr,
+                       BD: tl.constexpr, SPLIT: tl.constexpr, KVS: tl.constexpr = 0, half=0):
+    """``_attention_oproj`` in one BD-wide column block on weights the caller loaded ([BDH, BD] hi, lo, hi parts of
+    the head's rows of Wo; ``ao_weights``): y[rows] += out @ Wo[head rows, :] (+ b_o for head 0, KVS: its half 0)."""
+    o_hi, o_lo = split_bf16_trunc(out, SPLIT == 1)
+    offs_n = tl.arange(0, BD)
+    mask_n = offs_n < D
+    o = tl.dot(o_lo, w_hi, tl.zeros((out.shape[0], BD), tl.float32), input_precision=PREC)
+    o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
+    o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
+    bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
+    if KVS:
+        o += tl.where((hd == 0) & (half == 0), bias, 0.0)[None, :]
+    else:
+        o += tl.where(hd == 0, bias, 0.0)[None, :]
+    tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
+                  sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -995,7 +1033,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 BNQ: tl.constexpr, BNF: tl.constexpr, SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
-                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None):
+                FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
+                AOW: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1036,7 +1075,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                          R, BQ, BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
                          ln2w_ptr + l * D, ln2b_ptr + l * D, BM_LN, BD, SEG, KVS, stat_ptr, flags_ptr + BLOCK_R, bar + 2,
-                         spin_limit, err_ptr)
+                         spin_limit, err_ptr, AOW)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL,
                          P_ATTN, R, BQ, BKV, BDH, CM, PRESPLIT, None, 0, AST, SEG=SEG)
@@ -1110,7 +1149,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1149,7 +1188,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ))
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
