@@ -151,9 +151,6 @@ def test_odd_shape_passes_gate(causal):
     dict(ln_local="qkv", block_n=16, block_n_wide=16, seqs_per_program=2, block_m_ln=8),
     # the copy phase with its own barrier (copy_phase: separate; the default fuses it with layer 0's LN1 split)
     dict(copy_phase="separate", gemm_loop="flat", flag_barrier=True, spin_limit=10, block_m_ln=8),
-    # ln_unroll: LayerNorm row blocks in pairs (the fused copy, LN1, LN2, the final LN), an odd block count's last alone
-    dict(ln_unroll=2, block_m_ln=4),  # 3 blocks of 4 rows: a pair, then the last alone
-    dict(ln_unroll=2, block_m_ln=16, seqs_per_program=2, copy_phase="separate"),
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
@@ -161,7 +158,7 @@ def test_odd_shape_passes_gate(causal):
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate", "ln-unroll2", "ln-unroll2-G2-copy-separate",
+        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
         "attn-pack2-fused", "attn-pack2-unsplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))

@@ -321,8 +321,6 @@ SWEEP = {
     # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
     "pub_aol": dict(published=True, ao_weights="late"),
     "pub_aoe": dict(published=True, ao_weights="early"),
-    # session 17: the LayerNorm phases' row blocks in pairs (cases 1 and 10: two blocks per program), both loads first
-    "pub_lnu2": dict(published=True, ln_unroll=2),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

@@ -314,10 +314,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
                          "column blocks), late (one D-wide block, its weights loaded after the key loop) or early "
                          "(loaded before it)")
     aow = aow if ao else 0
-    lnu = int(o["ln_unroll"])
-    if lnu not in (1, 2):
-        raise ValueError(f"seqres: ln_unroll={o['ln_unroll']!r}: 1 (a program's LayerNorm row blocks one at a time) or 2 "
-                         "(in pairs, both loads issued first)")
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -342,7 +338,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow, LNU=lnu,  # counters per group (LNF): set below from the attention and FFN tiles
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow,  # counters per group (LNF): set below from the attention and FFN tiles
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

@@ -110,13 +110,6 @@ def _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, mask, offs_d, mask
     """dst[rows] = LN(src[rows]) (or a copy), a [BM_LN, BD] block: as hi/lo parts (SPLIT 1: bf16, 2: fp32-held)
     or fp32 (SPLIT 0). COPY: also cpy[rows] = src[rows] (the residual stream's start, ``copy_phase: fused``)."""
     x = tl.load(src_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=CM)
-    _row_block_finish(x, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, mask, offs_d, mask_d, D, LN, SPLIT, cpy_ptr, COPY)
-
-
-@triton.jit
-def _row_block_finish(x, dst_ptr, dlo_ptr, w_ptr, b_ptr, rows, mask, offs_d, mask_d,
-                      D: tl.constexpr, LN: tl.constexpr, SPLIT: tl.constexpr, cpy_ptr=None, COPY: tl.constexpr = False):
-    """``_row_block`` after its load: x is the block of src."""
     if COPY:
         tl.store(cpy_ptr + rows[:, None] * D + offs_d[None, :], x, mask=mask)
     if LN:
@@ -161,41 +154,19 @@ def _rows_phase(src_ptr,            # [*, D] fp32, rows row0.. of this group
                 row0, rank,
                 M: tl.constexpr, D: tl.constexpr, LN: tl.constexpr, R: tl.constexpr,
                 BM_LN: tl.constexpr, BD: tl.constexpr, CM: tl.constexpr,
-                SPLIT: tl.constexpr = 0, dlo_ptr=None, cpy_ptr=None, COPY: tl.constexpr = False,
-                LNU: tl.constexpr = 1):
+                SPLIT: tl.constexpr = 0, dlo_ptr=None, cpy_ptr=None, COPY: tl.constexpr = False):
     """dst = LN(src) (or a copy) for the group's M rows, row blocks round-robin over the R programs.
     SPLIT (the A operand of a flat GEMM phase, split once instead of once per N tile): dst + dlo = the
-    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter). COPY: cpy = src as well (same rows).
-    LNU 2 (``ln_unroll``): a program's blocks in pairs, both loads issued before the first is normalised."""
+    result as hi/lo parts (1: bf16, 2: fp32-held for the interpreter). COPY: cpy = src as well (same rows)."""
     NT: tl.constexpr = (M + BM_LN - 1) // BM_LN
-    TRIPS: tl.constexpr = (NT + R - 1) // R
     offs_d = tl.arange(0, BD)
     mask_d = offs_d < D
-    if LNU == 2:
-        for i in range(0, TRIPS // 2):
-            offs_m = (2 * i * R + rank) * BM_LN + tl.arange(0, BM_LN)
-            offs_m1 = offs_m + R * BM_LN
-            mask0 = (offs_m < M)[:, None] & mask_d[None, :]
-            mask1 = (offs_m1 < M)[:, None] & mask_d[None, :]
-            x0 = tl.load(src_ptr + (row0 + offs_m)[:, None] * D + offs_d[None, :], mask=mask0, other=0.0,
-                         cache_modifier=CM)
-            x1 = tl.load(src_ptr + (row0 + offs_m1)[:, None] * D + offs_d[None, :], mask=mask1, other=0.0,
-                         cache_modifier=CM)
-            _row_block_finish(x0, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, mask0, offs_d, mask_d, D, LN, SPLIT,
-                              cpy_ptr, COPY)
-            _row_block_finish(x1, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m1, mask1, offs_d, mask_d, D, LN, SPLIT,
-                              cpy_ptr, COPY)
-        if TRIPS % 2 == 1:
-            offs_m = ((TRIPS - 1) * R + rank) * BM_LN + tl.arange(0, BM_LN)
-            _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, (offs_m < M)[:, None] & mask_d[None, :],
-                       offs_d, mask_d, D, LN, CM, SPLIT, cpy_ptr, COPY)
-    else:
-        for i in range(0, TRIPS):
-            t = i * R + rank
-            # rows past M are masked, so a tile index past NT (when R does not divide NT) is a no-op
-            offs_m = t * BM_LN + tl.arange(0, BM_LN)
-            _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, (offs_m < M)[:, None] & mask_d[None, :],
-                       offs_d, mask_d, D, LN, CM, SPLIT, cpy_ptr, COPY)
+    for i in range(0, (NT + R - 1) // R):
+        t = i * R + rank
+        # rows past M are masked, so a tile index past NT (when R does not divide NT) is a no-op
+        offs_m = t * BM_LN + tl.arange(0, BM_LN)
+        _row_block(src_ptr, dst_ptr, dlo_ptr, w_ptr, b_ptr, row0 + offs_m, (offs_m < M)[:, None] & mask_d[None, :],
+                   offs_d, mask_d, D, LN, CM, SPLIT, cpy_ptr, COPY)
 
 
 @triton.jit
@@ -1063,7 +1034,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
                 FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
-                AOW: tl.constexpr = 0, LNU: tl.constexpr = 1):
+                AOW: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1083,7 +1054,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     else:
         if (not CPF) or (l > 0):  # (CPF: layer 0's LN1 split came with the copy)
             _rows_phase(y_ptr, xhi_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                        PRESPLIT, xlo_ptr, LNU=LNU)
+                        PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if LNL:
         _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
@@ -1120,7 +1091,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     else:
         b2f: tl.constexpr = b2
         _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                    PRESPLIT, xlo_ptr, LNU=LNU)
+                    PRESPLIT, xlo_ptr)
         _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FF:  # FFN1 + FFN2 in one phase
         _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
@@ -1178,7 +1149,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, AOW: tl.constexpr, LNU: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1201,7 +1172,7 @@ def _seqres_fwd(
 
     if CPF:  # the copy and layer 0's LN1 split in one pass over x; its barrier is layer 0's first
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr,
-                    y_ptr, True, LNU=LNU)
+                    y_ptr, True)
     else:
         _rows_phase(x_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, False, R, BM_LN, BD, CM)
     if LNF:  # layer 0's LN1 split straight from x (the same rows; x is never written)
@@ -1217,7 +1188,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, LNU)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
@@ -1237,6 +1208,6 @@ def _seqres_fwd(
                        LN_STATS, LN_CHUNK, BLOCKED, PRESPLIT, P_FAST, P_ATTN, P_FAST, P_FAST, P_FAST)
     # every row of y is final once the last barrier passed; each program normalises its own row blocks
     if not LNF:  # (LNF: the last layer's FFN phase did, per row block)
-        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, LNU=LNU)
+        _rows_phase(y_ptr, y_ptr, lnfw_ptr, lnfb_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM)
     if TRACE:
         tl.store(trace_row + 2 * NBAR + 1, _now(pid))
