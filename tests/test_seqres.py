@@ -17,7 +17,7 @@ from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
 from kernels.seqres.megakernel import (_attention_block, _ffn_fused_phase, _kv_merge_scale,  # noqa: E402
                                        _linear_phase_flat)
-from kernels.common.tl_helpers import gelu_erf_poly, gelu_log2poly, gelu_log2poly5, layernorm_stats, layernorm_stats_chunked  # noqa: E402
+from kernels.common.tl_helpers import gelu_erf_poly, gelu_log2poly, layernorm_stats, layernorm_stats_chunked  # noqa: E402
 from kernels.gate import ATOL, RTOL  # noqa: E402
 from workflow.stages.correctness import check_variant  # noqa: E402
 import triton  # noqa: E402
@@ -717,17 +717,14 @@ def test_attn_kv_split_needs_its_preconditions():
 @triton.jit
 def _gelu_poly_kernel(x, o, N: tl.constexpr, LOG2: tl.constexpr):
     offs = tl.arange(0, N)
-    if LOG2 == 5:
-        tl.store(o + offs, gelu_log2poly5(tl.load(x + offs), False))
-    elif LOG2:
+    if LOG2:
         tl.store(o + offs, gelu_log2poly(tl.load(x + offs), False))
     else:
         tl.store(o + offs, gelu_erf_poly(tl.load(x + offs), False))
 
 
 @pytest.mark.skipif(not interpreting(), reason="the portable path of the GELU helpers (the GPU path is PTX)")
-@pytest.mark.parametrize("log2, bound, span", [(0, 5e-7, 12), (1, 5e-7, 12), (5, 5e-6, 60)],
-                         ids=["erf_poly", "log2poly", "log2poly5"])
+@pytest.mark.parametrize("log2, bound, span", [(False, 5e-7, 12), (True, 5e-6, 60)], ids=["erf_poly", "log2poly"])
 def test_gelu_poly_matches_exact_gelu(log2, bound, span):
     """The polynomial GELUs (erf of Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7; the fitted log2 Phi(-|x|)
     polynomial of kernels/common/gelu_fit.py): within 5e-7 of the exact GELU in float64 over [-12, 12] and
@@ -745,22 +742,26 @@ def test_gelu_poly_matches_exact_gelu(log2, bound, span):
 
 
 def test_gelu_log2poly_coefficients_are_the_fit():
-    """tl_helpers.gelu_log2poly's coefficients are what kernels/common/gelu_fit.py computes (re-run here), and the
-    fit meets its weighted bound (GELU error <= 1e-6, relative error of Phi <= 1e-3) with room."""
+    """tl_helpers.gelu_log2poly's coefficients are what kernels/common/gelu_fit.py computes (re-run here); the fit meets
+    its weighted bound (GELU error <= EABS, relative error of Phi <= EREL) within 3x; and with its negative leading
+    coefficient q keeps falling past the fitted range, which is why the helper needs no clamp."""
     import inspect
     import re
 
+    import numpy as np
+
     from kernels.common import gelu_fit, tl_helpers
     coef, worst = gelu_fit.fit()
-    assert worst < 0.2, worst
+    assert worst < 3.0, worst
     src = inspect.getsource(tl_helpers.gelu_log2poly.fn)
-    body = src[src.index("u = tl.minimum"):src.index("if PTX")]
-    assert f"tl.minimum(tl.abs(x), {gelu_fit.U_MAX})" in body
-    terms = re.findall(r"([+-])\s*(\d\.\d+(?:e-?\d+)?)\s*$", body, flags=re.M)
-    lead = re.search(r"u \* (\d\.\d+e-\d+)", body)
-    got = [float(lead.group(1))] + [float(v) * (1 if sign == "+" else -1) for sign, v in terms]
+    body = src[src.index("u = tl.abs(x)"):src.index("if PTX")]
+    got = [float(v) * (-1.0 if op == "-" else 1.0)
+           for op, v in re.findall(r"([*+-])\s+(-?\d+\.\d+(?:e-?\d+)?)", body)]
     assert len(got) == gelu_fit.DEGREE + 1
     assert torch.allclose(torch.tensor(got, dtype=torch.float64), torch.from_numpy(coef), rtol=1e-9, atol=0)
+    assert coef[0] < 0
+    u = np.linspace(gelu_fit.U_MAX, 1e4, 100001)
+    assert (np.diff(np.polyval(coef, u)) < 0).all()
 
 
 def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():

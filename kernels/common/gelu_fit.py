@@ -1,8 +1,10 @@
 """The polynomial behind ``tl_helpers.gelu_log2poly``: a weighted minimax fit of log2 Phi(-u), u = |x|.
 
 GELU(x) = x Phi(x) = max(x, 0) - |x| Phi(-|x|), so one polynomial q(u) ~ log2 Phi(-u) on [0, U] and one exp2
-give GELU without erf, a reciprocal or a select: clamp u at U (past it Phi(-u) < 2e-8 and the clamp's error
-|x| (Phi(-U) - Phi(-|x|)) stays below 2e-8 |x|), Horner's rule (n FMAs), one ``ex2``, one max and one FMA.
+give GELU without erf, a reciprocal or a select: Horner's rule (n FMAs), one ``ex2``, one max and one FMA. The
+degree-5 fit's leading coefficient is negative, so q falls without bound past U, as log2 Phi(-u) does (2^q -> 0): no
+clamp (``tests/test_seqres.py`` checks the fit's GELU to 5e-6 over [-60, 60]). Session 17 first used degree 6 with u
+clamped at U (10 instructions; a positive leading coefficient needs the clamp); degree 5 measured 0-2% faster.
 
 The fit minimises max over u of |q(u) - log2 Phi(-u)| ln2 max(u Phi(-u) / EABS, 1 / EREL): the error of q is a
 relative error of Phi(-u), which GELU multiplies by u, so the weight holds GELU's absolute error near EABS where
@@ -20,7 +22,7 @@ import math
 
 import numpy as np
 
-DEGREE = 6
+DEGREE = 5
 U_MAX = 5.5
 EABS = 1e-6
 EREL = 1e-3

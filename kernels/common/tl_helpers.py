@@ -40,29 +40,12 @@ def gelu_erf_poly(x, PTX: tl.constexpr):
 
 @triton.jit
 def gelu_log2poly(x, PTX: tl.constexpr):
-    """Exact GELU, x Phi(x) = max(x, 0) - |x| Phi(-|x|), with Phi(-u) = 2^q(u): q a degree-6 weighted minimax fit
-    of log2 Phi(-u) on u in [0, 5.5] (``kernels/common/gelu_fit.py``; |GELU error| <= 3e-7 in fp32, relative
-    error of Phi <= 1.5e-4), u clamped at 5.5 (Phi(-5.5) = 1.9e-8). One min, six FMAs, one exp2 (PTX: ``ex2``,
-    one MUFU), one max, one FMA: 10 instructions per element against ``gelu_erf_poly``'s 13 with two MUFU."""
-    u = tl.minimum(tl.abs(x), 5.5)
-    q = u * 3.224872686447613e-05 - 0.00075274768361465
-    q = q * u + 0.007994701492350553
-    q = q * u - 0.05322432868049011
-    q = q * u - 0.45895885047348384
-    q = q * u - 1.1511206954532915
-    q = q * u - 1.000004310681974
-    if PTX:
-        c = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [q], dtype=tl.float32, is_pure=True,
-                                      pack=1)
-    else:
-        c = tl.exp2(q)
-    return tl.maximum(x, 0.0) - tl.abs(x) * c
-
-
-@triton.jit
-def gelu_log2poly5(x, PTX: tl.constexpr):
-    """``gelu_log2poly`` with a degree-5 fit on [0, 5.5] and no clamp (the fit's leading coefficient is negative, so
-    q keeps falling past 5.5: |GELU error| <= 3e-6 in fp32 over [-60, 60]): five FMAs, one exp2, one max, one FMA."""
+    """Exact GELU, x Phi(x) = max(x, 0) - |x| Phi(-|x|), with Phi(-u) = 2^q(u): q a degree-5 weighted minimax fit
+    of log2 Phi(-u) on u in [0, 5.5] (``kernels/common/gelu_fit.py``). Its leading coefficient is negative and q keeps
+    falling past 5.5, so no clamp is needed: |GELU error| <= 3e-6 in fp32 over [-60, 60], relative error of Phi <=
+    3e-3 where GELU(x) < -1e-6. Five FMAs, one exp2 (PTX: ``ex2``, one MUFU), one max, one FMA: 8 instructions per
+    element against ``gelu_erf_poly``'s 13 with two MUFU (session 17: the degree-6 form with a clamp, 10
+    instructions, measured 0-3% faster than ``gelu_erf_poly``; this one 0-2% faster again)."""
     u = tl.abs(x)
     q = u * -0.0003356065178156923 + 0.006050093726838906
     q = q * u - 0.04913339793466209

@@ -317,7 +317,7 @@ SWEEP = {
     # A&S erf's 13 with two)
     "pub_g3": dict(published=True, gelu="log2poly"),
     "g3": dict(gelu="log2poly"),
-    "pub_g5": dict(published=True, gelu="log2poly5"),  # degree 5, no clamp
+    # (pub_g5: the degree-5 form without a clamp against the degree-6 one, measured at 7cafa7e; degree 5 is log2poly since)
     # session 17: attn_oproj's projection as one D-wide block, its weights loaded after the key loop (late) or before it
     # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
     "pub_aol": dict(published=True, ao_weights="late"),

@@ -137,7 +137,7 @@ def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
 def _gelu_mode(name: str) -> int:
     """GELU of FFN1: 1 = libdevice erf (``gelu_erf``), 2 = polynomial erf (``gelu_erf_poly``), 3 = a polynomial of
     log2 Phi(-|x|) and one exp2 (``gelu_log2poly``)."""
-    modes = {"libdevice": 1, "poly": 2, "log2poly": 3, "log2poly5": 4}
+    modes = {"libdevice": 1, "poly": 2, "log2poly": 3}
     if name not in modes:
         raise ValueError(f"seqres: gelu={name!r} not in {sorted(modes)}")
     return modes[name]

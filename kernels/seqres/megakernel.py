@@ -29,8 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, gelu_log2poly, gelu_log2poly5, group_barrier,
-                                 layernorm_rows,
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, gelu_log2poly, group_barrier, layernorm_rows,
                                  layernorm_stats, layernorm_stats_chunked, spin_flags, split_bf16_trunc)
 
 LN_EPS = tl.constexpr(1e-5)
@@ -680,9 +679,7 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
             tl.atomic_add(o_ptr + optrs, acc, mask=omask, sem="relaxed", scope="gpu")
     else:
         acc += bias[None, :]
-        if GELU == 4:
-            acc = gelu_log2poly5(acc, PRESPLIT == 1)
-        elif GELU == 3:  # log2 Phi(-|x|) polynomial and one exp2 (tl_helpers.gelu_log2poly)
+        if GELU == 3:  # log2 Phi(-|x|) polynomial and one exp2 (tl_helpers.gelu_log2poly)
             acc = gelu_log2poly(acc, PRESPLIT == 1)
         elif GELU == 2:  # polynomial erf (tl_helpers.gelu_erf_poly); PTX approximations on the GPU
             acc = gelu_erf_poly(acc, PRESPLIT == 1)
@@ -915,9 +912,7 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
         acc += tl.load(b1_ptr + offs_h)[None, :]
     else:
         acc += tl.load(b1_ptr + offs_h, mask=offs_h < F, other=0.0)[None, :]
-    if GELU == 4:
-        acc = gelu_log2poly5(acc, PRESPLIT == 1)
-    elif GELU == 3:
+    if GELU == 3:
         acc = gelu_log2poly(acc, PRESPLIT == 1)
     elif GELU == 2:
         acc = gelu_erf_poly(acc, PRESPLIT == 1)
