@@ -540,16 +540,7 @@ def _attention_oproj(out, wo_ptr, bo_ptr, y_ptr, rows, mask_q, hd,
         offs_n = n * BN2 + tl.arange(0, BN2)
         mask_n = offs_n < D
         w_hi, w_lo, w_hi2 = _w_parts(wo_ptr + n * BN2 + w_offs, mask_d[:, None] & mask_n[None, :], D, WROWS)
-        o = tl.dot(o_lo, w_hi, tl.zeros((out.shape[0], BN2), tl.float32), input_precision=PREC)
-        o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
-        o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
-        bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
-        if KVS:
-            o += tl.where((hd == 0) & (half == 0), bias, 0.0)[None, :]
-        else:
-            o += tl.where(hd == 0, bias, 0.0)[None, :]
-        tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], o, mask=mask_q[:, None] & mask_n[None, :],
-                      sem="relaxed", scope="gpu")
+        _oproj_block(o_hi, o_lo, w_hi, w_lo, w_hi2, bo_ptr, y_ptr, rows, mask_q, offs_n, mask_n, hd, D, PREC, KVS, half)
 
 
 @triton.jit
@@ -559,8 +550,15 @@ def _attention_oproj_w(out, w_hi, w_lo, w_hi2, bo_ptr, y_ptr, rows, mask_q, hd, 
     the head's rows of Wo; ``ao_weights``): y[rows] += out @ Wo[head rows, :] (+ b_o for head 0, KVS: its half 0)."""
     o_hi, o_lo = split_bf16_trunc(out, SPLIT == 1)
     offs_n = tl.arange(0, BD)
-    mask_n = offs_n < D
-    o = tl.dot(o_lo, w_hi, tl.zeros((out.shape[0], BD), tl.float32), input_precision=PREC)
+    _oproj_block(o_hi, o_lo, w_hi, w_lo, w_hi2, bo_ptr, y_ptr, rows, mask_q, offs_n, offs_n < D, hd, D, PREC, KVS, half)
+
+
+@triton.jit
+def _oproj_block(o_hi, o_lo, w_hi, w_lo, w_hi2, bo_ptr, y_ptr, rows, mask_q, offs_n, mask_n, hd, D: tl.constexpr,
+                 PREC: tl.constexpr, KVS: tl.constexpr, half):
+    """y[rows, offs_n] += o @ w (three bf16 products of the split parts) + b_o for head 0 (KVS: its half 0), with
+    atomics: one column block of the attention tile's output projection."""
+    o = tl.dot(o_lo, w_hi, tl.zeros((o_hi.shape[0], w_hi.shape[1]), tl.float32), input_precision=PREC)
     o = tl.dot(o_hi, w_lo, o, input_precision=PREC)
     o = tl.dot(o_hi, w_hi2, o, input_precision=PREC)
     bias = tl.load(bo_ptr + offs_n, mask=mask_n, other=0.0)
