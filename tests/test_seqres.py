@@ -418,6 +418,15 @@ def test_copy_phase_is_fused_only_with_an_ln1_pass_and_validated():
         meta("case01", copy_phase="merged")
 
 
+def test_ao_weights_modes():
+    """ao_weights picks the projection form only with attn_oproj (else 0), and names its modes on a bad value."""
+    meta = lambda **kw: prepare_meta(load_case("case11"), n_sm=132, **kw)[0]  # noqa: E731
+    assert meta()["AOW"] == 0 and meta(ao_weights="late")["AOW"] == 0  # no attn_oproj: no projection in attention
+    assert [meta(attn_oproj=True, ao_weights=m)["AOW"] for m in ("loop", "late", "early")] == [0, 1, 2]
+    with pytest.raises(ValueError, match="loop.*late.*early"):
+        meta(attn_oproj=True, ao_weights="soon")
+
+
 def test_attn_oproj_needs_presplit_attention_and_a_bool():
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=True, attn_presplit=False)

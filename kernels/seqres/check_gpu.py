@@ -313,11 +313,10 @@ SWEEP = {
     "pub_flat_arf_wa": dict(published=True, gemm_loop="flat", acc_reset="flag", wgmma_chain="async"),
     "pub_flat_auto_arf_wa": dict(published=True, gemm_loop="flat", block_n="auto", block_n_wide="auto",
                                  acc_reset="flag", wgmma_chain="async"),
-    # session 17: GELU as a fitted polynomial of log2 Phi(-|x|) and one exp2 (10 instructions, one MUFU, against the
-    # A&S erf's 13 with two)
-    "pub_g3": dict(published=True, gelu="log2poly"),
-    "g3": dict(gelu="log2poly"),
-    # (pub_g5: the degree-5 form without a clamp against the degree-6 one, measured at 7cafa7e; degree 5 is log2poly since)
+    # session 17: pub_g3 / g3 (gelu: log2poly, then a degree-6 fit, against the published choice with gelu: poly, at
+    # 8e4cac2) and pub_g5 (degree 5 against degree 6, at 7cafa7e); log2poly (degree 5) is the default since, and its
+    # control is the published choice with the Abramowitz-Stegun erf:
+    "pub_gpoly": dict(published=True, gelu="poly"),
     # session 17: attn_oproj's projection as one D-wide block, its weights loaded after the key loop (late) or before it
     # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
     "pub_aol": dict(published=True, ao_weights="late"),
