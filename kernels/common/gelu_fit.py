@@ -10,7 +10,8 @@ The fit minimises max over u of |q(u) - log2 Phi(-u)| ln2 max(u Phi(-u) / EABS, 
 relative error of Phi(-u), which GELU multiplies by u, so the weight holds GELU's absolute error near EABS where
 u Phi(-u) is large and Phi's relative error near EREL in the tail (GELU of a negative x is x Phi(x): small outputs
 keep a small relative error). Lawson's algorithm (iteratively reweighted least squares) on a 3001-point grid;
-numpy only. The coefficients in ``tl_helpers`` are this module's output, printed by
+numpy only. Degree 5 reaches a weighted maximum of 2.8 (GELU error <= 2.8 EABS, Phi's relative error <= 2.8 EREL in
+the tail); degree 6 reached 0.14. The coefficients in ``tl_helpers`` are this module's output, printed by
 
     python -m kernels.common.gelu_fit
 
