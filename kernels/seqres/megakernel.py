@@ -655,8 +655,8 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
                    GELU: tl.constexpr, RESID: tl.constexpr, SPLIT_OUT: tl.constexpr, PRESPLIT: tl.constexpr,
                    CM: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr):
     """Finish tile (tm, tn) from its accumulator: bias, GELU (1: libdevice erf, 2: polynomial erf, 3: log2 Phi
-    polynomial), residual, store or split store. STREAM_K: ``acc`` may be a piece of the tile (``whole`` false), added into o with
-    atomics; the piece holding K step 0 (``first``) adds the bias."""
+    polynomial), residual, store or split store. STREAM_K: ``acc`` may be a piece of the tile (``whole`` false),
+    added into o with atomics; the piece holding K step 0 (``first``) adds the bias."""
     offs_n = tn * BN + tl.arange(0, BN)
     # per tile, not hoisted; LDO: the output's row stride when it is not N
     optrs = (row0 + tm * BM + tl.arange(0, BM))[:, None] * (N if LDO == 0 else LDO) + offs_n[None, :]
