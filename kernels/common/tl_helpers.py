@@ -15,6 +15,16 @@ def gelu_erf(x):
 
 
 @triton.jit
+def exp2_approx(x, PTX: tl.constexpr):
+    """2^x: PTX ``ex2.approx.ftz.f32`` (one MUFU) on the GPU, ``tl.exp2`` elsewhere (the interpreter)."""
+    if PTX:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+    else:
+        return tl.exp2(x)
+
+
+@triton.jit
 def gelu_erf_poly(x, PTX: tl.constexpr):
     """Exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with erf from Abramowitz & Stegun 7.1.26 (|error| of
     erf <= 1.5e-7, about one fp32 ulp of 1) instead of libdevice's erff: one polynomial with immediate
@@ -26,16 +36,23 @@ def gelu_erf_poly(x, PTX: tl.constexpr):
     if PTX:
         t = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [d], dtype=tl.float32, is_pure=True,
                                       pack=1)
-        g = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [e], dtype=tl.float32, is_pure=True,
-                                      pack=1)
     else:
         t = 1.0 / d
-        g = tl.exp2(e)
+    g = exp2_approx(e, PTX)
     # A&S coefficients a1..a5 halved, so c = erfc(z) / 2 = Phi(-|x|)
     p = t * (0.127414796 + t * (-0.142248368 + t * (0.7107068705 + t * (-0.7265760135 + t * 0.5307027145))))
     c = p * g
     # x >= 0: x - x c; x < 0: x c = -|x| c; both max(x, 0) - |x| c (one max and one fma, no select)
     return tl.maximum(x, 0.0) - tl.abs(x) * c
+
+
+# q(u) ~ log2 Phi(-u), highest power first: the output of ``python -m kernels.common.gelu_fit`` (a test re-runs the fit)
+GELU_Q5 = tl.constexpr(-0.0003356065178156923)
+GELU_Q4 = tl.constexpr(0.006050093726838906)
+GELU_Q3 = tl.constexpr(-0.04913339793466209)
+GELU_Q2 = tl.constexpr(-0.46296296401975784)
+GELU_Q1 = tl.constexpr(-1.1494567479655073)
+GELU_Q0 = tl.constexpr(-1.00021732392041)
 
 
 @triton.jit
@@ -47,16 +64,12 @@ def gelu_log2poly(x, PTX: tl.constexpr):
     element against ``gelu_erf_poly``'s 13 with two MUFU (session 17: the degree-6 form with a clamp, 10
     instructions, measured 0-3% faster than ``gelu_erf_poly``; this one 0-2% faster again)."""
     u = tl.abs(x)
-    q = u * -0.0003356065178156923 + 0.006050093726838906
-    q = q * u - 0.04913339793466209
-    q = q * u - 0.46296296401975784
-    q = q * u - 1.1494567479655073
-    q = q * u - 1.00021732392041
-    if PTX:
-        c = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [q], dtype=tl.float32, is_pure=True,
-                                      pack=1)
-    else:
-        c = tl.exp2(q)
+    q = u * GELU_Q5 + GELU_Q4
+    q = q * u + GELU_Q3
+    q = q * u + GELU_Q2
+    q = q * u + GELU_Q1
+    q = q * u + GELU_Q0
+    c = exp2_approx(q, PTX)
     return tl.maximum(x, 0.0) - u * c
 
 
