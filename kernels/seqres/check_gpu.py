@@ -321,6 +321,12 @@ SWEEP = {
     # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
     "pub_aol": dict(published=True, ao_weights="late"),
     "pub_aoe": dict(published=True, ao_weights="early"),
+    # session 18: wide_split (QKV / FFN1 columns in two tile widths so each program gets the same; auto splits only case
+    # 7's): the published choices without it, and case 7's candidate on the flat loop (128 + 16 / 128 + 64 columns per
+    # program) with and without it
+    "pub_wsoff": dict(published=True, wide_split="off"),
+    "c7flat": dict(barrier="counter_t0", block_m_ln=8),
+    "c7flat_wsoff": dict(barrier="counter_t0", block_m_ln=8, wide_split="off"),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }
