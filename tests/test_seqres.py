@@ -154,16 +154,14 @@ def test_odd_shape_passes_gate(causal):
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
-    # wide_split: QKV (N = 144) as 128 columns in 32-wide tiles + one 16-wide tile, FFN1 (192) as 128 + one 64-wide
-    # tile (12 rows in 16-row tiles, K = 48 in 32-wide steps: the masked path of both loops)
-    dict(wide_split=[128, 16, 128, 64], block_n_wide=32, flag_barrier=True, spin_limit=10),
-    dict(wide_split=[128, 16, 128, 64], block_n_wide=32, gemm_loop="nested", attn_presplit=False),
+    # the nested loop in the QKV and FFN2 phases only (nested_phases), the flat one in oproj and FFN1
+    dict(nested_phases=["qkv", "ffn2"], flag_barrier=True, spin_limit=10),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
         "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
-        "attn-pack2-fused", "attn-pack2-unsplit", "wide-split", "wide-split-nested-unsplit-attn"])
+        "attn-pack2-fused", "attn-pack2-unsplit", "nested-qkv-ffn2"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -431,25 +429,17 @@ def test_ao_weights_modes():
         meta(attn_oproj=True, ao_weights="soon")
 
 
-def test_wide_split_auto_and_explicit():
-    """wide_split: auto splits case 7's QKV (18 tiles of 64 over 8 programs) into equal shares of two widths, on the
-    flat loop (128 + 16 columns per program; FFN1 128 + 64) and the nested one (2 x 64 + 16; its FFN1's 24 tiles of
-    64 are even already); the cases whose tiles divide evenly keep one width; explicit values are checked."""
-    meta = lambda c, **kw: prepare_meta(load_case(c), n_sm=132, n_slots=264, tune=[], **kw)[0]  # noqa: E731
-    split = lambda m: (m["BNQ"], m["NQ1"], m["BNQ2"], m["BNF"], m["NF1"], m["BNF2"])  # noqa: E731
-    assert split(meta("case07")) == (128, 1024, 16, 128, 1024, 64)
-    assert split(meta("case07", gemm_loop="nested", block_n=64)) == (64, 1024, 16, 64, 0, 0)
-    assert split(meta("case07", wide_split="off")) == (64, 0, 0, 64, 0, 0)
-    for c in ("case01", "case09", "case11"):
-        m = meta(c)
-        assert m["NQ1"] == m["NF1"] == 0, c
-    assert meta("case10", ln_local="qkv")["NQ1"] == 0  # (ln_local's QKV loop has one width)
-    assert meta("case07", ffn_fused=True)["NF1"] == 0  # (no FFN1 phase)
-    assert split(meta("case07", wide_split=[1024, 64, 0, 0])) == (64, 1024, 64, 64, 0, 0)
-    with pytest.raises(ValueError, match=r"auto, off, or \[N1, BN2, N1, BN2\]"):
-        meta("case07", wide_split="on")
-    with pytest.raises(ValueError, match="power of two"):
-        meta("case07", wide_split=[1024, 48, 0, 0])
+def test_nested_phases_mask():
+    """nested_phases: auto follows gemm_loop (all four GEMM phases nested, or none); a list nests those phases only;
+    bad names, or a list with the tiled loop, are refused naming the choices."""
+    meta = lambda **kw: prepare_meta(load_case("case07"), n_sm=132, **kw)[0]  # noqa: E731
+    assert meta()["NEST"] == 0 and meta(gemm_loop="nested")["NEST"] == 15
+    assert meta(nested_phases=["qkv", "ffn2"])["NEST"] == 9 and meta(nested_phases="oproj")["NEST"] == 2
+    assert meta(gemm_loop="nested", nested_phases=["ffn1"])["NEST"] == 4
+    with pytest.raises(ValueError, match="qkv.*oproj.*ffn1.*ffn2"):
+        meta(nested_phases=["attn"])
+    with pytest.raises(ValueError, match="gemm_loop"):
+        meta(gemm_loop="tiled", presplit_rows=3, nested_phases=["qkv"])
 
 
 def test_attn_oproj_needs_presplit_attention_and_a_bool():

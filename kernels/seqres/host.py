@@ -123,41 +123,21 @@ def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
     return _block(128 if busiest(128) <= 1.2 * busiest(64) else 64, N)
 
 
-def wide_split(want, bn: int, M: int, N: int, R: int, BM: int, cap: int = 128) -> tuple[int, int, int]:
-    """(BN1, N1, BN2) for a wide GEMM (QKV, FFN1) of the flat loop whose tiles of width ``bn`` leave the group's R
-    programs unevenly loaded: the first N1 columns in BN1-wide tiles and the other N - N1 in BN2-wide tiles (two loops,
-    each program the same share of both), or (bn, 0, 0): one width. ``want``: "auto", "off", or [N1, BN2] (BN1 = bn).
+NESTED_PHASES = {"qkv": 1, "oproj": 2, "ffn1": 4, "ffn2": 8}
 
-    auto: when each of the M / BM row blocks has P = R / rows programs and P divides N, a program's share is c = N / P
-    columns; if c = k BN1 + BN2 with BN1 128 or 64 (at most ``cap``: the nested loop's three accumulators keep it
-    at its tile width) and BN2 a power of two in [16, BN1), the split is taken when it moves fewer operand bytes
-    through the busiest program than ``bn`` does (per K step a [BM, w] tile reads BM + w elements of A and W).
-    Case 7 (M 64, R 8, QKV N 1152: 2 of the 8 programs get 3 of the 18 64-wide tiles): 8 x (128 + 16) columns on
-    the flat loop, 8 x (2 x 64 + 16) on the nested one; its FFN1 (1536) on the flat loop 8 x (128 + 64)."""
-    if want == "off":
-        return bn, 0, 0
-    if want != "auto":
-        try:
-            n1, bn2 = (int(v) for v in want)
-        except (TypeError, ValueError):
-            raise ValueError(f"seqres: wide_split={want!r}: auto, off, or [N1, BN2] per wide GEMM") from None
-        if not (0 < n1 < N and n1 % bn == 0 and bn2 >= 16 and bn2 == _pow2(bn2) and (N - n1) % bn2 == 0):
-            raise ValueError(f"seqres: wide_split [N1={n1}, BN2={bn2}] for N={N} with {bn}-wide tiles: N1 a multiple "
-                             "of the tile width below N, BN2 a power of two >= 16 dividing N - N1")
-        return bn, n1, bn2
-    if M % BM or R % (M // BM):
-        return bn, 0, 0
-    rows = M // BM
-    P = R // rows
-    if N % P:
-        return bn, 0, 0
-    c = N // P
-    busiest = -(-(rows * -(-N // bn)) // R) * (BM + bn)
-    for bn1 in (128, 64):
-        k, bn2 = divmod(c, bn1)
-        if bn1 <= cap and k >= 1 and 16 <= bn2 and bn2 == _pow2(bn2) and k * (BM + bn1) + (BM + bn2) < busiest:
-            return bn1, P * k * bn1, bn2
-    return bn, 0, 0
+
+def nested_mask(want, gemm_loop: str) -> int:
+    """The kernel's NEST bits: which GEMM phases of the flat loops run the nested form (three accumulators, a K loop
+    per tile) — ``want`` "auto": all of them with ``gemm_loop: nested``, none with ``flat``; or a list of phase names
+    (``NESTED_PHASES``; with gemm_loop flat or nested), the others running the flat loop."""
+    if want == "auto":
+        return 15 if gemm_loop == "nested" else 0
+    names = [want] if isinstance(want, str) else list(want)
+    bad = [n for n in names if n not in NESTED_PHASES]
+    if bad or gemm_loop not in ("flat", "nested"):
+        raise ValueError(f"seqres: nested_phases={want!r}: auto, or a list of {list(NESTED_PHASES)} (with gemm_loop "
+                         "flat or nested)")
+    return sum(NESTED_PHASES[n] for n in set(names))
 
 
 def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
@@ -373,32 +353,13 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
-        AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
+        AST=int(o["attn_stages"]), NEST=nested_mask(o["nested_phases"], o["gemm_loop"]),
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         # NCNT: counters per group (LNF), set below from the attention and FFN tiles
         NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow,
-        NQ1=0, BNQ2=0, NF1=0, BNF2=0,
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
-    ws = o["wide_split"]
-    if isinstance(ws, str):
-        if ws not in ("auto", "off"):
-            raise ValueError(f"seqres: wide_split={ws!r}: auto, off, or [N1, BN2, N1, BN2] (QKV, FFN1; N1 = 0: one "
-                             "tile width)")
-        ws_q = ws_f = ws
-    else:
-        ws = list(ws)
-        if len(ws) != 4:
-            raise ValueError(f"seqres: wide_split={ws!r}: auto, off, or [N1, BN2, N1, BN2] (QKV, FFN1; N1 = 0: one "
-                             "tile width)")
-        ws_q = "off" if int(ws[0]) == 0 else ws[:2]
-        ws_f = "off" if int(ws[2]) == 0 else ws[2:]
-    cap = bn if meta["NEST"] else 128  # (nested: three [BM, BN] accumulators)
-    if flat and not lnl:  # (ln_local's QKV phase has its own loop)
-        meta["BNQ"], meta["NQ1"], meta["BNQ2"] = wide_split(ws_q, meta["BNQ"], M, 3 * D, R, bm, cap)
-    if flat and not ff:  # (ffn_fused has no FFN1 phase)
-        meta["BNF"], meta["NF1"], meta["BNF2"] = wide_split(ws_f, meta["BNF"], M, 4 * D, R, bm, cap)
     if lnf:  # a counter per (sequence, query block) and one per FFN row block
         meta["NCNT"] = G * -(-S // meta["BQ"]) + -(-M // bm)
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))

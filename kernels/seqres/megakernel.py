@@ -623,21 +623,18 @@ def _load_tile(ptrs, mask, CM: tl.constexpr):
 @triton.jit
 def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
                    M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                   BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr,
-                   LDW: tl.constexpr = 0):
+                   BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr):
     """The pre-split operands of K step kk of tile (tm, tn): A hi/lo [BM, BK] and W hi, lo, hi [BK, BN] (the
-    second hi is the first when WROWS == 2). Scalar base + loop-invariant offsets; masks unless EVEN. LDW: the
-    weight's row length when the phase covers only its first N columns (``wide_split``; 0: N)."""
-    WN: tl.constexpr = N if LDW == 0 else LDW
+    second hi is the first when WROWS == 2). Scalar base + loop-invariant offsets; masks unless EVEN."""
     a_base = (row0 + tm * BM) * K + kk * BK
-    w_base = kk * (BK * WROWS * WN) + tn * BN
+    w_base = kk * (BK * WROWS * N) + tn * BN
     if EVEN:
         a_hi = tl.load(ahi_ptr + a_base + a_offs, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + a_base + a_offs, cache_modifier=CM)
         w_hi = tl.load(w_ptr + w_base + w_offs)
-        w_lo = tl.load(w_ptr + w_base + WN + w_offs)
+        w_lo = tl.load(w_ptr + w_base + N + w_offs)
         if WROWS == 3:
-            w_hi2 = tl.load(w_ptr + w_base + 2 * WN + w_offs)
+            w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs)
         else:
             w_hi2 = w_hi
     else:
@@ -649,9 +646,9 @@ def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
         a_hi = tl.load(ahi_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
         w_hi = tl.load(w_ptr + w_base + w_offs, mask=wmask, other=0.0)
-        w_lo = tl.load(w_ptr + w_base + WN + w_offs, mask=wmask, other=0.0)
+        w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
         if WROWS == 3:
-            w_hi2 = tl.load(w_ptr + w_base + 2 * WN + w_offs, mask=wmask, other=0.0)
+            w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs, mask=wmask, other=0.0)
         else:
             w_hi2 = w_hi
     return a_hi, a_lo, w_hi, w_lo, w_hi2
@@ -699,11 +696,10 @@ def _tile_epilogue(acc, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, first, whole
 @triton.jit
 def _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
                  M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                 BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr, PREC: tl.constexpr,
-                 LDW: tl.constexpr = 0):
+                 BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr, EVEN: tl.constexpr, PREC: tl.constexpr):
     """K step kk of tile (tm, tn) into three accumulators, one per bf16x3 term (``gemm_loop: nested``)."""
     a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
-                                                   M, N, K, BM, BN, BK, CM, WROWS, EVEN, LDW)
+                                                   M, N, K, BM, BN, BK, CM, WROWS, EVEN)
     acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
     acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
     acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
@@ -717,7 +713,7 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
                  PREC: tl.constexpr, PRESPLIT: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                  WROWS: tl.constexpr, EVEN: tl.constexpr, LDO: tl.constexpr, STREAM_K: tl.constexpr,
-                 WHOLE: tl.constexpr, LDW: tl.constexpr = 0):
+                 WHOLE: tl.constexpr):
     """K steps [k_first, k_end) of tile t (``gemm_loop: nested``; WHOLE: all KT steps, constexpr bounds) with the
     three bf16x3 terms in three accumulators, then the tile's epilogue."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
@@ -730,13 +726,13 @@ def _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t,
     if WHOLE:
         for kk in range(0, KT):
             acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
-                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC, LDW)
+                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, True, True,
                        M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN, LDO, STREAM_K)
     else:
         for kk in range(k_first, k_end):
             acc_lh, acc_hl, acc_hh = _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk,
-                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC, LDW)
+                                                  a_offs, w_offs, M, N, K, BM, BN, BK, CM, WROWS, EVEN, PREC)
         _tile_epilogue((acc_lh + acc_hl) + acc_hh, b_ptr, r_ptr, o_ptr, olo_ptr, row0, tm, tn, k_first == 0,
                        (k_first == 0) & (k_end == KT), M, N, BM, BN, GELU, RESID, SPLIT_OUT, PRESPLIT, CM, EVEN,
                        LDO, STREAM_K)
@@ -753,8 +749,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                        PREC: tl.constexpr, PRESPLIT: tl.constexpr, R: tl.constexpr,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
                        WROWS: tl.constexpr, STREAM_K: tl.constexpr = False, LDO: tl.constexpr = 0,
-                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0,
-                       LDW: tl.constexpr = 0):
+                       NEST: tl.constexpr = False, ARS: tl.constexpr = 0, FTR: tl.constexpr = 0):
     """o = epilogue(a @ w + b) over this program's share of the phase's (tile, K step) pairs. A comes pre-split
     (LayerNorm applied by ``_rows_phase`` with SPLIT, or split by the producer's epilogue); three dots per
     step (a_lo w_hi + a_hi w_lo + a_hi w_hi) on presplit weights.
@@ -778,10 +773,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
     step are relaxed as well (session 15). NEST true — a loop
     over tiles around a K loop with the three terms in three accumulators: Triton keeps the three dots in
     flight (``wgmma.wait_group 3``) and ptxas does not serialize them, at the price of a pipeline start per
-    tile and 3x the accumulator registers (docs/seqres.md).
-
-    LDW > 0 (``wide_split``): the phase covers the first N of the weight's LDW columns (w_ptr, b_ptr and the
-    output pointers already offset to its first column; LDO then gives the output's row stride)."""
+    tile and 3x the accumulator registers (docs/seqres.md)."""
     NT_N: tl.constexpr = (N + BN - 1) // BN
     NT: tl.constexpr = ((M + BM - 1) // BM) * NT_N
     KT: tl.constexpr = (K + BK - 1) // BK
@@ -797,13 +789,13 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
         start = rank * (TPP * KT)
         end = start + TPP * KT
     a_offs = tl.arange(0, BM)[:, None] * K + tl.arange(0, BK)[None, :]               # [BM, BK]
-    w_offs = tl.arange(0, BK)[:, None] * (WROWS * (N if LDW == 0 else LDW)) + tl.arange(0, BN)[None, :]  # hi rows
+    w_offs = tl.arange(0, BK)[:, None] * (WROWS * N) + tl.arange(0, BN)[None, :]     # [BK, BN], hi rows
     if NEST:
         if R == 1:  # the whole phase with constexpr bounds (the interpreter cannot loop to a runtime bound)
             for t in range(0, NT):
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, 0, KT, a_offs, w_offs,
                              M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
-                             STREAM_K, True, LDW)
+                             STREAM_K, True)
         else:
             if STREAM_K:
                 t_first = start // KT
@@ -820,7 +812,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
                     k_end = KT
                 _nested_tile(ahi_ptr, alo_ptr, w_ptr, b_ptr, r_ptr, o_ptr, olo_ptr, row0, t, k_first, k_end, a_offs,
                              w_offs, M, N, K, GELU, RESID, SPLIT_OUT, PREC, PRESPLIT, BM, BN, BK, CM, WROWS, EVEN, LDO,
-                             STREAM_K, not STREAM_K, LDW)
+                             STREAM_K, not STREAM_K)
     else:
         acc = tl.zeros((BM, BN), tl.float32)
         # FTR on the GPU (bf16 parts): a runtime trip count, no padded steps; the interpreter cannot loop to a bound
@@ -835,7 +827,7 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             tm = t // NT_N
             tn = t - tm * NT_N
             a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
-                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN, LDW)
+                                                           M, N, K, BM, BN, BK, CM, WROWS, EVEN)
             if ARS == 1:  # a new tile (or, at i == 0, the zeros above); a stream-K piece starting mid-tile has zeros too
                 acc = tl.where(kk == 0, 0.0, acc)
             acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
@@ -1045,8 +1037,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
                 FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
-                AOW: tl.constexpr = 0, NQ1: tl.constexpr = 0, BNQ2: tl.constexpr = 0, NF1: tl.constexpr = 0,
-                BNF2: tl.constexpr = 0):
+                AOW: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1057,9 +1048,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
     is this layer's first). KVS (``attn_kv_split``): two programs per attention tile, one per half of the key blocks,
     exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags.
-    NQ1 / NF1 > 0 (``wide_split``): the QKV / FFN1 phase's first NQ1 / NF1 columns in [BM, BNQ] / [BM, BNF] tiles and
-    the rest in [BM, BNQ2] / [BM, BNF2] tiles, two loops with no barrier between them (each program gets the same
-    columns of both: the group's programs evenly loaded where one tile width cannot do it)."""
+    NEST: which GEMM phases run the nested loop (``nested_phases``), bits 1 QKV, 2 oproj, 4 FFN1, 8 FFN2; the others
+    run the flat one."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -1074,31 +1064,16 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNL:
         _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D, NEST)
-    else:
-        # AS: q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
+                         BNQ, BD, CM, WROWS, 4 * D, (NEST & 1) != 0)
+    elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
-        wq = wqkv_ptr + l * (WROWS * D * 3 * D)
-        bq = bqkv_ptr + l * (3 * D)
-        if AS:
-            oq = fhi_ptr
-            oq_lo = flo_ptr
-        else:
-            oq = qkv_ptr
-            oq_lo = qkv_ptr
-        LDQ: tl.constexpr = 4 * D if AS else 0
-        if NQ1 > 0:
-            LDQS: tl.constexpr = 4 * D if AS else 3 * D
-            _linear_phase_flat(xhi_ptr, xlo_ptr, wq, bq, y_ptr, oq, oq_lo, row0, rank, M, NQ1, D, False, False,
-                               PRESPLIT if AS else 0, P_LIN, PRESPLIT, R, BM, BNQ, BK, CM, WROWS, False, LDQS, NEST,
-                               ARS=ARS, FTR=FTR, LDW=3 * D)
-            _linear_phase_flat(xhi_ptr, xlo_ptr, wq + NQ1, bq + NQ1, y_ptr, oq + NQ1, oq_lo + NQ1, row0, rank, M,
-                               3 * D - NQ1, D, False, False, PRESPLIT if AS else 0, P_LIN, PRESPLIT, R, BM, BNQ2, BK,
-                               CM, WROWS, False, LDQS, NEST, ARS=ARS, FTR=FTR, LDW=3 * D)
-        else:
-            _linear_phase_flat(xhi_ptr, xlo_ptr, wq, bq, y_ptr, oq, oq_lo, row0, rank, M, 3 * D, D, False, False,
-                               PRESPLIT if AS else 0, P_LIN, PRESPLIT, R, BM, BNQ, BK, CM, WROWS, False, LDQ, NEST,
-                               ARS=ARS, FTR=FTR)
+        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
+                           fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, (NEST & 1) != 0, ARS=ARS, FTR=FTR)
+    else:
+        _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
+                           qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
+                           BM, BNQ, BK, CM, WROWS, False, 0, (NEST & 1) != 0, ARS=ARS, FTR=FTR)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL, P_LIN,
@@ -1113,7 +1088,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if not AO:  # (AO: the attention tiles added their output projection into y)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
-                           NEST, ARS=ARS, FTR=FTR)
+                           (NEST & 2) != 0, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     b2: tl.constexpr = 3 - AO  # barriers before LN2's
     if LNF:  # LN2 came from the attention phase's last arrivals
@@ -1131,23 +1106,13 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                          ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD)
         _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
-        if NF1 > 0:
-            w1 = w1_ptr + l * (WROWS * D * 4 * D)
-            b1 = b1_ptr + l * (4 * D)
-            _linear_phase_flat(xhi_ptr, xlo_ptr, w1, b1, y_ptr, fhi_ptr, flo_ptr, row0, rank, M, NF1, D, GE, False,
-                               PRESPLIT, P_LIN, PRESPLIT, R, BM, BNF, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS,
-                               FTR=FTR, LDW=4 * D)
-            _linear_phase_flat(xhi_ptr, xlo_ptr, w1 + NF1, b1 + NF1, y_ptr, fhi_ptr + NF1, flo_ptr + NF1, row0, rank,
-                               M, 4 * D - NF1, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R, BM, BNF2, BK, CM, WROWS,
-                               False, 4 * D, NEST, ARS=ARS, FTR=FTR, LDW=4 * D)
-        else:
-            _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                               fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                               BM, BNF, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
+        _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+                           fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                           BM, BNF, BK, CM, WROWS, False, 0, (NEST & 4) != 0, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
-                           0, NEST, ARS=ARS, FTR=FTR)
+                           0, (NEST & 8) != 0, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
@@ -1189,7 +1154,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, AOW: tl.constexpr, NQ1: tl.constexpr, BNQ2: tl.constexpr, NF1: tl.constexpr, BNF2: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1228,7 +1193,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, NQ1, BNQ2, NF1, BNF2)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
