@@ -154,14 +154,12 @@ def test_odd_shape_passes_gate(causal):
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
-    # the nested loop in the QKV and FFN2 phases only (nested_phases), the flat one in oproj and FFN1
-    dict(nested_phases=["qkv", "ffn2"], flag_barrier=True, spin_limit=10),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
         "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
-        "attn-pack2-fused", "attn-pack2-unsplit", "nested-qkv-ffn2"])
+        "attn-pack2-fused", "attn-pack2-unsplit"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -427,19 +425,6 @@ def test_ao_weights_modes():
     assert [meta(attn_oproj=True, ao_weights=m)["AOW"] for m in ("loop", "late", "early")] == [0, 1, 2]
     with pytest.raises(ValueError, match="loop.*late.*early"):
         meta(attn_oproj=True, ao_weights="soon")
-
-
-def test_nested_phases_mask():
-    """nested_phases: auto follows gemm_loop (all four GEMM phases nested, or none); a list nests those phases only;
-    bad names, or a list with the tiled loop, are refused naming the choices."""
-    meta = lambda **kw: prepare_meta(load_case("case07"), n_sm=132, **kw)[0]  # noqa: E731
-    assert meta()["NEST"] == 0 and meta(gemm_loop="nested")["NEST"] == 15
-    assert meta(nested_phases=["qkv", "ffn2"])["NEST"] == 9 and meta(nested_phases="oproj")["NEST"] == 2
-    assert meta(gemm_loop="nested", nested_phases=["ffn1"])["NEST"] == 4
-    with pytest.raises(ValueError, match="qkv.*oproj.*ffn1.*ffn2"):
-        meta(nested_phases=["attn"])
-    with pytest.raises(ValueError, match="gemm_loop"):
-        meta(gemm_loop="tiled", presplit_rows=3, nested_phases=["qkv"])
 
 
 def test_attn_oproj_needs_presplit_attention_and_a_bool():

@@ -193,8 +193,8 @@ def test_acc_reset_select_keeps_wgmma_asynchronous():
             "    print(ars, meta['FLAT'], meta['NEST'], wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
     out = _run_compiled(["-c", code], timeout=900)
     rows = {r.split()[0]: r.split()[1:] for r in out.strip().splitlines()}
-    assert rows["select"] == ["1", "0", "False"], out
-    assert rows["branch"] == ["1", "0", "True"], out
+    assert rows["select"] == ["1", "False", "False"], out
+    assert rows["branch"] == ["1", "False", "True"], out
 
 
 def test_sass_regions_sums_samples_by_instruction_class(tmp_path):

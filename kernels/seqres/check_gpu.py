@@ -321,15 +321,6 @@ SWEEP = {
     # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
     "pub_aol": dict(published=True, ao_weights="late"),
     "pub_aoe": dict(published=True, ao_weights="early"),
-    # session 18: the nested loop in some GEMM phases only (nested_phases; case 7's candidate on the flat loop measured
-    # 0.3218 against 0.3202 ms nested, its QKV slower and its FFN2 faster there), and 64-deep K steps
-    "c7_nq": dict(barrier="counter_t0", block_m_ln=8, nested_phases=["qkv"]),
-    "c7_nqo": dict(barrier="counter_t0", block_m_ln=8, nested_phases=["qkv", "oproj"]),
-    "c7_nqo64": dict(barrier="counter_t0", block_m_ln=8, block_n=64, nested_phases=["qkv", "oproj"]),
-    "pub_nq": dict(published=True, nested_phases=["qkv"]),
-    "pub_nf2": dict(published=True, nested_phases=["ffn2"]),
-    "pub_bk64": dict(published=True, block_k=64),
-    "pub_bk64s2": dict(published=True, block_k=64, num_stages=2),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

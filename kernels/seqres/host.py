@@ -123,23 +123,6 @@ def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
     return _block(128 if busiest(128) <= 1.2 * busiest(64) else 64, N)
 
 
-NESTED_PHASES = {"qkv": 1, "oproj": 2, "ffn1": 4, "ffn2": 8}
-
-
-def nested_mask(want, gemm_loop: str) -> int:
-    """The kernel's NEST bits: which GEMM phases of the flat loops run the nested form (three accumulators, a K loop
-    per tile) — ``want`` "auto": all of them with ``gemm_loop: nested``, none with ``flat``; or a list of phase names
-    (``NESTED_PHASES``; with gemm_loop flat or nested), the others running the flat loop."""
-    if want == "auto":
-        return 15 if gemm_loop == "nested" else 0
-    names = [want] if isinstance(want, str) else list(want)
-    bad = [n for n in names if n not in NESTED_PHASES]
-    if bad or gemm_loop not in ("flat", "nested"):
-        raise ValueError(f"seqres: nested_phases={want!r}: auto, or a list of {list(NESTED_PHASES)} (with gemm_loop "
-                         "flat or nested)")
-    return sum(NESTED_PHASES[n] for n in set(names))
-
-
 def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
     """Output columns per tile of oproj and FFN2 (N = D) in the flat loop, and the base of ``wide_block_n``.
     ``want``: a width, or "auto": 128 unless oproj's (tile, K step) pairs with 128-wide tiles give a program
@@ -353,7 +336,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
         SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
         AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
-        AST=int(o["attn_stages"]), NEST=nested_mask(o["nested_phases"], o["gemm_loop"]),
+        AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         # NCNT: counters per group (LNF), set below from the attention and FFN tiles
         NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow,

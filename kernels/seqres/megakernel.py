@@ -1047,9 +1047,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
     CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
     is this layer's first). KVS (``attn_kv_split``): two programs per attention tile, one per half of the key blocks,
-    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags.
-    NEST: which GEMM phases run the nested loop (``nested_phases``), bits 1 QKV, 2 oproj, 4 FFN1, 8 FFN2; the others
-    run the flat one."""
+    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -1064,16 +1062,16 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if LNL:
         _ln_linear_phase(y_ptr, ln1w_ptr + l * D, ln1b_ptr + l * D, wqkv_ptr + l * (WROWS * D * 3 * D),
                          bqkv_ptr + l * (3 * D), fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, P_LIN, PRESPLIT, R, BM,
-                         BNQ, BD, CM, WROWS, 4 * D, (NEST & 1) != 0)
+                         BNQ, BD, CM, WROWS, 4 * D, NEST)
     elif AS:  # q, k, v split by the QKV epilogue into f_hi/f_lo (free until FFN1), in the group's own rows of 4D
         # (a 3D row stride would overlap other groups' FFN1 rows, which run unsynchronised with this group)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 3 * D, D, False, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 4 * D, (NEST & 1) != 0, ARS=ARS, FTR=FTR)
+                           BM, BNQ, BK, CM, WROWS, False, 4 * D, NEST, ARS=ARS, FTR=FTR)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, wqkv_ptr + l * (WROWS * D * 3 * D), bqkv_ptr + l * (3 * D), y_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
-                           BM, BNQ, BK, CM, WROWS, False, 0, (NEST & 1) != 0, ARS=ARS, FTR=FTR)
+                           BM, BNQ, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL, P_LIN,
@@ -1088,7 +1086,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     if not AO:  # (AO: the attention tiles added their output projection into y)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK, 0,
-                           (NEST & 2) != 0, ARS=ARS, FTR=FTR)
+                           NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     b2: tl.constexpr = 3 - AO  # barriers before LN2's
     if LNF:  # LN2 came from the attention phase's last arrivals
@@ -1108,11 +1106,11 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
-                           BM, BNF, BK, CM, WROWS, False, 0, (NEST & 4) != 0, ARS=ARS, FTR=FTR)
+                           BM, BNF, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
-                           0, (NEST & 8) != 0, ARS=ARS, FTR=FTR)
+                           0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
 
