@@ -418,6 +418,29 @@ def test_copy_phase_is_fused_only_with_an_ln1_pass_and_validated():
         meta("case01", copy_phase="merged")
 
 
+@needs_backend
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_attn_loop_flat_restarts_the_softmax_per_tile(causal):
+    """``attn_loop: flat``: one loop over (tile, key block) pairs; 40-row sequences in 16-row query tiles over three
+    16-key blocks (the last one ragged), so every tile restarts the online softmax mid-loop and (causal) runs fully
+    masked key blocks past its diagonal; the gate would see a state carried over from the previous tile."""
+    case = Case(name="odd40", number=997, family="seqres", B=2, S=40, D=48, H=3, L=1, causal=causal,
+                weight_seed=997)
+    _check(case, dict(attn_loop="flat", block_q=16, block_kv=16, block_m_ln=8), (1e-3, 1.0, 1e3), (0,))
+    _check(case, dict(attn_loop="flat", attn_stages=2, block_q=16, block_kv=16, gemm_loop="nested"), (1e-2, 1e2), (1,))
+
+
+def test_attn_loop_modes():
+    """attn_loop: flat is refused with the fusions it does not implement, naming the fix; bad values name the modes."""
+    meta = lambda **kw: prepare_meta(load_case("case01"), n_sm=132, **kw)[0]  # noqa: E731
+    assert meta()["AFL"] == 0 and meta(attn_loop="flat")["AFL"] == 1
+    for bad in (dict(attn_oproj=True), dict(attn_pack=2, seqs_per_program=2), dict(attn_presplit=False)):
+        with pytest.raises(ValueError, match="attn_loop=nested"):
+            meta(attn_loop="flat", **bad)
+    with pytest.raises(ValueError, match="nested.*flat"):
+        meta(attn_loop="pairs")
+
+
 def test_ao_weights_modes():
     """ao_weights picks the projection form only with attn_oproj (else 0), and names its modes on a bad value."""
     meta = lambda **kw: prepare_meta(load_case("case11"), n_sm=132, **kw)[0]  # noqa: E731

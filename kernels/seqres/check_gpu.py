@@ -321,6 +321,13 @@ SWEEP = {
     # (early), rather than a loop of block_n2-wide blocks each loading its weights after the attention
     "pub_aol": dict(published=True, ao_weights="late"),
     "pub_aoe": dict(published=True, ao_weights="early"),
+    # session 18: wide_split (case 7's QKV/FFN1 columns in two tile widths, at 7bf7794) and nested_phases (the nested
+    # loop in some GEMM phases only: c7_nq, c7_nqo, c7_nqo64, pub_nq, pub_nf2, at eb5d0a1) measured slower and removed;
+    # pub_bk64 / pub_bk64s2 (block_k 64, 3 or 2 stages) 1.1-2.3x slower (docs/seqres.md, session 18). The attention as
+    # one loop over (tile, key block) pairs, pipelined 2 deep (3 stages do not fit two programs per SM on case 1), and
+    # case 7's choice with 64-row attention tiles (6 over 8 programs, one round) instead of 12 of 32 rows:
+    "pub_afl2": dict(published=True, attn_loop="flat", attn_stages=2),
+    "pub_nofill": dict(published=True, attn_fill=False),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }

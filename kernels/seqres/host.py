@@ -314,6 +314,15 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
                          "column blocks), late (one D-wide block, its weights loaded after the key loop) or early "
                          "(loaded before it)")
     aow = aow if ao else 0
+    afl = {"nested": 0, "flat": 1}.get(o["attn_loop"], -1)
+    if afl < 0:
+        raise ValueError(f"seqres: attn_loop={o['attn_loop']!r}: nested (a loop over tiles around a loop over key "
+                         "blocks) or flat (one loop over the (tile, key block) pairs)")
+    if afl:
+        why = [w for c, w in ((not (flat and o["attn_presplit"]), "gemm_loop flat or nested with attn_presplit=true"),
+                              (ao, "attn_oproj=false"), (apk > 1, "attn_pack=1")) if c]
+        if why:
+            raise ValueError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -339,7 +348,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         # NCNT: counters per group (LNF), set below from the attention and FFN tiles
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow,
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow, AFL=afl,
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

@@ -364,6 +364,54 @@ def _attention_phase(qkv_ptr,       # [*, 3D] fp32: q | k | v, head j at columns
 
 
 @triton.jit
+def _attention_phase_flat(qkv_ptr, o_ptr, olo_ptr, row0, rank, qk_scale,
+                          S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, G: tl.constexpr,
+                          CAUSAL: tl.constexpr, PREC: tl.constexpr, R: tl.constexpr, BQ: tl.constexpr,
+                          BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr, SPLIT_OUT: tl.constexpr,
+                          qlo_ptr, QS: tl.constexpr, AST: tl.constexpr):
+    """``_attention_phase`` as ONE loop over the program's (tile, key block) pairs (``attn_loop: flat``; q, k, v
+    pre-split, no fusions): the software pipeliner then loads the next tile's q and first key block while the
+    current tile finishes, as the flat GEMM loop does for its tiles. A tile's first key block restarts the online
+    softmax by setting the row maxima to -inf (its rescale factor exp2(-inf - m) = 0 clears the sum and the output);
+    its last one normalises and stores the output. Causal tiles run every key block, the ones past the query block
+    fully masked (every row keeps a finite maximum from key block 0, so they add nothing). Tiles are taken
+    round-robin (causal: odd rounds in mirrored rank order), as in ``_attention_phase``."""
+    NQB: tl.constexpr = (S + BQ - 1) // BQ
+    NT: tl.constexpr = G * H * NQB
+    NKV: tl.constexpr = (S + BKV - 1) // BKV
+    ITERS: tl.constexpr = ((NT + R - 1) // R) * NKV
+    LDQ: tl.constexpr = (3 + (QS != 0)) * D  # as in _attention_block
+    offs_d = tl.arange(0, BDH)
+    mask_d = offs_d < DH
+    m_i = tl.full((BQ,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BQ,), tl.float32)
+    acc = tl.zeros((BQ, BDH), tl.float32)
+    for it in tl.range(0, ITERS, num_stages=AST if AST > 0 else None):
+        i = it // NKV
+        j = it - i * NKV
+        if CAUSAL:
+            t = i * R + tl.where(i % 2 == 1, R - 1 - rank, rank)
+        else:
+            t = i * R + rank
+        tc = tl.minimum(t, NT - 1)  # a round past the tiles (R not dividing NT) recomputes the last one, unstored
+        g = tc // (H * NQB)
+        hd = (tc // NQB) % H
+        qb = tc % NQB
+        base = row0 + g * S
+        offs_q = qb * BQ + tl.arange(0, BQ)
+        mask_q = offs_q < S
+        q_offs = (base + offs_q)[:, None] * LDQ + hd * DH + offs_d[None, :]
+        q = tl.load(qkv_ptr + q_offs, mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)
+        q_lo = tl.load(qlo_ptr + q_offs, mask=mask_q[:, None] & mask_d[None, :], other=0.0, cache_modifier=CM)
+        m_i = tl.where(j == 0, float("-inf"), m_i)
+        m_i, l_i, acc = _attention_block(qkv_ptr, base, q, offs_q, j * BKV, m_i, l_i, acc, hd, S, D, DH, CAUSAL,
+                                         PREC, BKV, BDH, CM, qlo_ptr, q_lo, qk_scale, QS, 0)
+        if (j == NKV - 1) & (t < NT):
+            _store(o_ptr, olo_ptr, (base + offs_q)[:, None] * D + hd * DH + offs_d[None, :],
+                   mask_q[:, None] & mask_d[None, :], acc / l_i[:, None], SPLIT_OUT)
+
+
+@triton.jit
 def _attention_block(qkv_ptr, base, q, offs_q, k0, m_i, l_i, acc, hd,
                      S: tl.constexpr, D: tl.constexpr, DH: tl.constexpr, CAUSAL: tl.constexpr,
                      PREC: tl.constexpr, BKV: tl.constexpr, BDH: tl.constexpr, CM: tl.constexpr,
@@ -1037,7 +1085,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
                 FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
-                AOW: tl.constexpr = 0):
+                AOW: tl.constexpr = 0, AFL: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1047,7 +1095,8 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     APK > 1 (``attn_pack``): attention tiles over packs of APK consecutive sequences (block-diagonal masks).
     CPF (``copy_phase: fused``; not with LNF or LNL): layer 0's LN1 split was written by the copy phase (its barrier
     is this layer's first). KVS (``attn_kv_split``): two programs per attention tile, one per half of the key blocks,
-    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags."""
+    exchanging their softmax state through ``stat_ptr`` and the flags after the group's barrier flags. AFL
+    (``attn_loop: flat``): the attention phase as one loop over (tile, key block) pairs (``_attention_phase_flat``)."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
     NQB: tl.constexpr = (S + BQ - 1) // BQ
@@ -1073,7 +1122,10 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                            qkv_ptr, qkv_ptr, row0, rank, M, 3 * D, D, False, False, 0, P_LIN, PRESPLIT, R,
                            BM, BNQ, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
     _sync(flags_ptr, rank, bar + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-    if AS:
+    if AFL:  # (attn_loop: flat; AS, not AO / KVS / APK > 1: host.prepare_meta)
+        _attention_phase_flat(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S, D, H, DH, G, CAUSAL, P_LIN, R, BQ,
+                              BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST)
+    elif AS:
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * APK, D, H, DH, G // APK, CAUSAL, P_LIN,
                          R, BQ, BKV, BDH, CM, PRESPLIT, flo_ptr, PRESPLIT, AST, AO, wo_ptr + l * (WROWS * D * D),
                          bo_ptr + l * D, y_ptr, WROWS, BN2, LNF, cnt_ptr, (cepoch * L + l + 1) * H,
@@ -1152,7 +1204,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, AOW: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1191,7 +1243,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, AFL)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
