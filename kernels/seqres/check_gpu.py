@@ -322,8 +322,8 @@ SWEEP = {
     "pub_aol": dict(published=True, ao_weights="late"),
     "pub_aoe": dict(published=True, ao_weights="early"),
     # session 18: wide_split (case 7's QKV/FFN1 columns in two tile widths, at 7bf7794) and nested_phases (the nested
-    # loop in some GEMM phases only: c7_nq, c7_nqo, c7_nqo64, pub_nq, pub_nf2, at eb5d0a1) measured slower and removed;
-    # pub_bk64 / pub_bk64s2 (block_k 64, 3 or 2 stages) 1.1-2.3x slower (docs/seqres.md, session 18). The attention as
+    # loop in some GEMM phases only: c7_nq, c7_nqo, c7_nqo64, pub_nq, pub_nf2, at eb5d0a1) measured slower and removed,
+    # as were pub_bk64 / pub_bk64s2 (block_k 64 with 3 or 2 stages: 1.1-2.3x slower; docs/seqres.md, session 18). The attention as
     # one loop over (tile, key block) pairs, pipelined 2 deep (3 stages do not fit two programs per SM on case 1), and
     # case 7's choice with 64-row attention tiles (6 over 8 programs, one round) instead of 12 of 32 rows:
     "pub_afl2": dict(published=True, attn_loop="flat", attn_stages=2),
