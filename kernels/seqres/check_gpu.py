@@ -323,11 +323,15 @@ SWEEP = {
     "pub_aoe": dict(published=True, ao_weights="early"),
     # session 18: wide_split (case 7's QKV/FFN1 columns in two tile widths, at 7bf7794) and nested_phases (the nested
     # loop in some GEMM phases only: c7_nq, c7_nqo, c7_nqo64, pub_nq, pub_nf2, at eb5d0a1) measured slower and removed,
-    # as were pub_bk64 / pub_bk64s2 (block_k 64 with 3 or 2 stages: 1.1-2.3x slower; docs/seqres.md, session 18). The attention as
-    # one loop over (tile, key block) pairs, pipelined 2 deep (3 stages do not fit two programs per SM on case 1), and
-    # case 7's choice with 64-row attention tiles (6 over 8 programs, one round) instead of 12 of 32 rows:
+    # as were pub_bk64 / pub_bk64s2 (block_k 64 with 3 or 2 stages: 1.1-2.3x slower; docs/seqres.md, session 18). The
+    # attention as one loop over (tile, key block) pairs, pipelined 2 deep (3 stages do not fit two programs per SM on
+    # case 1), and case 7's choice with 64-row attention tiles (6 over 8 programs, one round) instead of 12 of 32 rows:
     "pub_afl2": dict(published=True, attn_loop="flat", attn_stages=2),
     "pub_nofill": dict(published=True, attn_fill=False),
+    # case 7's choice (64-row attention tiles since a3e207e) on 6 programs per group: its QKV tiles (18) and attention
+    # tiles (6) then divide evenly (on 8, two programs idle in both phases); LayerNorm blocks of 8 or 16 rows
+    "pub_r6": dict(published=True, max_split=6),
+    "pub_r6_lnb16": dict(published=True, max_split=6, block_m_ln=16),
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }
