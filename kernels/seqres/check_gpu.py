@@ -332,6 +332,7 @@ SWEEP = {
     # tiles (6) then divide evenly (on 8, two programs idle in both phases); LayerNorm blocks of 8 or 16 rows
     "pub_r6": dict(published=True, max_split=6),
     "pub_r6_lnb16": dict(published=True, max_split=6, block_m_ln=16),
+    "pub_r6_bnw64": dict(published=True, max_split=6, block_n_wide=64),  # (FFN1 in 64-wide tiles again: 4 per program)
     # session 12: pub_qs (qkv_split: auto, the QKV columns split so every program gets the same) measured at 32d608f and
     # removed with its parameter (docs/seqres.md, session 12)
 }
