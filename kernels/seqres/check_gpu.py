@@ -329,7 +329,8 @@ SWEEP = {
     "pub_afl2": dict(published=True, attn_loop="flat", attn_stages=2),
     "pub_nofill": dict(published=True, attn_fill=False),
     # case 7's choice (64-row attention tiles since a3e207e) on 6 programs per group: its QKV tiles (18) and attention
-    # tiles (6) then divide evenly (on 8, two programs idle in both phases); LayerNorm blocks of 8 or 16 rows
+    # tiles (6) then divide evenly (on 8, two programs idle in both phases); LayerNorm blocks of 8 or 16 rows. Measured
+    # at 1531a41: 8.5-22% slower (the other phases lose two programs; docs/seqres.md, session 18)
     "pub_r6": dict(published=True, max_split=6),
     "pub_r6_lnb16": dict(published=True, max_split=6, block_m_ln=16),
     "pub_r6_bnw64": dict(published=True, max_split=6, block_n_wide=64),  # (FFN1 in 64-wide tiles again: 4 per program)
