@@ -331,6 +331,9 @@ SWEEP = {
     # case 7's choice (64-row attention tiles since a3e207e) on 6 programs per group: its QKV tiles (18) and attention
     # tiles (6) then divide evenly (on 8, two programs idle in both phases); LayerNorm blocks of 8 or 16 rows. Measured
     # at 1531a41: 8.5-22% slower (the other phases lose two programs; docs/seqres.md, session 18)
+    # case 9's published choice runs 32-row attention tiles (fit_smem halves them: 3 attention stages of 64-row tiles
+    # do not fit two programs per SM); pub_afl2 keeps 64-row tiles with 2 stages: the same in the nested attention loop
+    "pub_ast2": dict(published=True, attn_stages=2),
     "pub_r6": dict(published=True, max_split=6),
     "pub_r6_lnb16": dict(published=True, max_split=6, block_m_ln=16),
     "pub_r6_bnw64": dict(published=True, max_split=6, block_n_wide=64),  # (FFN1 in 64-wide tiles again: 4 per program)
