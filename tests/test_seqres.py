@@ -307,7 +307,7 @@ def test_gate_catches_a_wrong_kernel():
     assert not gate(reference_forward(c, make_weights(c, seed=5), x), reference_forward(c, w, x)).passed
 
 
-def test_smem_fit_halves_the_attention_tile_only_when_shared_memory_is_the_limit():
+def test_smem_fit_shrinks_the_attention_buffers_only_when_shared_memory_is_the_limit():
     from kernels.seqres.host import smem_fit_step
     meta = dict(BQ=64, BKV=64)
     # 255 regs x 4 warps allow 2 programs per SM; 128 KiB of shared memory allows 1 (H200 case 9 at BQ 64)
@@ -315,6 +315,13 @@ def test_smem_fit_halves_the_attention_tile_only_when_shared_memory_is_the_limit
     assert smem_fit_step(meta, 255, 61952, 4, occ=2, cps=2) is None          # already fits
     assert smem_fit_step(meta, 255, 131072, 8, occ=1, cps=2) is None         # registers are the limit
     assert smem_fit_step(dict(BQ=16, BKV=16), 255, 131072, 4, occ=1, cps=2) is None  # tile at its floor
+    # the flat loops' pre-split attention pipelined 3 deep (case 9's defaults): 2 stages first, the tiles kept;
+    # at 2 stages (or fewer), the tile halved
+    flat = dict(meta, FLAT=1, AS=True)
+    assert smem_fit_step(dict(flat, AST=0), 255, 155648, 4, occ=1, cps=2, num_stages=3) == dict(attn_stages=2)
+    assert smem_fit_step(dict(flat, AST=3), 255, 155648, 4, occ=1, cps=2, num_stages=2) == dict(attn_stages=2)
+    assert smem_fit_step(dict(flat, AST=2), 255, 131072, 4, occ=1, cps=2) == dict(block_q=32, block_kv=32)
+    assert smem_fit_step(dict(flat, AST=0), 255, 131072, 4, occ=1, cps=2, num_stages=2) == dict(block_q=32, block_kv=32)
 
 
 def test_attn_fill_gives_every_program_an_attention_tile():
@@ -847,6 +854,7 @@ def test_shared_memory_overflow_halves_the_attention_tile_or_names_the_fix():
     err = OutOfResources(253952, 232448, "shared memory")
     assert smem_overflow_step(dict(BQ=64, BKV=128), True, err) == dict(block_q=32, block_kv=64)
     assert smem_overflow_step(dict(BQ=16, BKV=32), True, err) == dict(block_q=16, block_kv=16)
+    assert smem_overflow_step(dict(BQ=64, BKV=128, FLAT=1, AS=True, AST=0), True, err, 3) == dict(attn_stages=2)
     for meta, fit in ((dict(BQ=16, BKV=16), True), (dict(BQ=64, BKV=128), False)):
         with pytest.raises(Unsupported, match="253952 bytes of shared memory.*block_kv"):
             smem_overflow_step(meta, fit, err)

@@ -512,19 +512,19 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     fit_smem = bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
     for _ in range(8 if dev.type == "cuda" else 0):
         # more shared memory than one program may have (e.g. block_kv=128 with pipelined attention on case 1):
-        # halve the attention tile (fit_smem) or say which parameters to lower
+        # shrink the attention's buffers (fit_smem) or say which parameters to lower
         try:
             compile_only(p)
             break
         except OutOfResources as e:
-            fit = smem_overflow_step(p.meta, fit_smem, e)
+            fit = smem_overflow_step(p.meta, fit_smem, e, launch_opts["num_stages"])
             over.update(fit)
             meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, cps), **over)
             info["smem_fit"] = dict(fit, shared_before=e.required, shared_limit=e.limit)
             p = make(meta, launch_opts, info)
     if dev.type == "cuda" and cps > 1 and meta["R"] > 1:
         # more than one program per SM: prove co-residency from the compiled kernel's occupancy. When shared
-        # memory alone keeps the programs off the SM (fit_smem), halve the attention tile and recompile;
+        # memory alone keeps the programs off the SM (fit_smem), shrink the attention's buffers and recompile;
         # otherwise shrink the split until the grid fits the proven slots (R changes the binary: recheck)
         for _ in range(8):
             k = compile_only(p)
@@ -532,8 +532,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
             p.info["occupancy"] = occ
             if p.meta["R"] == 1 or p.grid[0] <= n_sm * occ:
                 break
-            fit = (smem_fit_step(p.meta, k.n_regs, k.metadata.shared, launch_opts["num_warps"], occ, cps)
-                   if fit_smem else None)
+            fit = (smem_fit_step(p.meta, k.n_regs, k.metadata.shared, launch_opts["num_warps"], occ, cps,
+                                 launch_opts["num_stages"]) if fit_smem else None)
             if fit:
                 over.update(fit)
                 meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * cps, **over)
@@ -578,29 +578,35 @@ def constexpr_args(meta: dict) -> list:
     return [meta[n] for n in names[names.index("S"):]]
 
 
-def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int, cps: int) -> dict | None:
+def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int, cps: int,
+                  num_stages: int = 3) -> dict | None:
     """Parameter changes that may let ``cps`` programs share an SM when shared memory alone stops them
-    (registers and threads would allow it): the attention tile halved (block_q, block_kv >= 16). None when
-    shared memory is not the limit or the tile is already at its floor."""
+    (registers and threads would allow it): ``_smem_lever``. None when shared memory is not the limit or the
+    attention's buffers are already at their floor."""
     if occ >= cps or ctas_per_sm_limit(n_regs, 0, num_warps) < cps:
         return None
     if ctas_per_sm_limit(n_regs, shared, num_warps) >= cps:
         return None
-    return _halved_attention_tile(meta)
+    return _smem_lever(meta, num_stages)
 
 
-def _halved_attention_tile(meta: dict) -> dict | None:
-    """block_q and block_kv halved (>= 16), the shared memory lever of ``fit_smem``; None at the floor."""
+def _smem_lever(meta: dict, num_stages: int) -> dict | None:
+    """The shared memory lever of ``fit_smem``: first the pipelined attention loops of the flat GEMM loops (their
+    buffers are bf16 q, k, v parts) down to 2 stages, which keeps the query and key tiles (session 18: case 9's
+    64-row tiles on 2 stages, 1.5-2.7% faster than 32-row tiles on 3); then block_q and block_kv halved (>= 16).
+    None at the floor."""
+    if meta.get("FLAT") and meta.get("AS") and (meta["AST"] or num_stages) > 2:
+        return dict(attn_stages=2)
     if max(meta["BQ"], meta["BKV"]) <= 16:
         return None
     return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
 
 
-def smem_overflow_step(meta: dict, fit_smem: bool, err: OutOfResources) -> dict:
-    """The attention tile halved (block_q, block_kv >= 16) after a compile that needed more shared memory than a
-    program may have (``err``), when ``fit_smem`` allows it; otherwise raises Unsupported naming the parameters
-    that set the shared memory."""
-    fit = _halved_attention_tile(meta) if fit_smem and err.name == "shared memory" else None
+def smem_overflow_step(meta: dict, fit_smem: bool, err: OutOfResources, num_stages: int = 3) -> dict:
+    """``_smem_lever`` (fewer attention stages, then the attention tile halved) after a compile that needed more
+    shared memory than a program may have (``err``), when ``fit_smem`` allows it; otherwise raises Unsupported
+    naming the parameters that set the shared memory."""
+    fit = _smem_lever(meta, num_stages) if fit_smem and err.name == "shared memory" else None
     if fit:
         return fit
     if err.name != "shared memory":
