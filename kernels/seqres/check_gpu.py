@@ -333,6 +333,7 @@ SWEEP = {
     # at 1531a41: 8.5-22% slower (the other phases lose two programs; docs/seqres.md, session 18)
     # case 9's published choice runs 32-row attention tiles (fit_smem halves them: 3 attention stages of 64-row tiles
     # do not fit two programs per SM); pub_afl2 keeps 64-row tiles with 2 stages: the same in the nested attention loop
+    # (measured at 6ce8212: 1.5-2.7% faster; since 53b581c fit_smem takes the attention to 2 stages first, so pub does)
     "pub_ast2": dict(published=True, attn_stages=2),
     "pub_r6": dict(published=True, max_split=6),
     "pub_r6_lnb16": dict(published=True, max_split=6, block_m_ln=16),
