@@ -335,11 +335,9 @@ SWEEP = {
     # do not fit two programs per SM); pub_afl2 keeps 64-row tiles with 2 stages: the same in the nested attention loop
     # (measured at 6ce8212: 1.5-2.7% faster; since 53b581c fit_smem takes the attention to 2 stages first, so pub does)
     "pub_ast2": dict(published=True, attn_stages=2),
-    # session 19: the layers' parameters asked of L2 (cp.async.bulk.prefetch.L2) all at the start, one layer ahead, or
-    # as each layer starts (the timing flushes L2 before each call, so every weight tile is first read from HBM)
-    "pub_pfa": dict(published=True, l2_prefetch="all"),
-    "pub_pfn": dict(published=True, l2_prefetch="next"),
-    "pub_pfl": dict(published=True, l2_prefetch="layer"),
+    # (session 19: l2_prefetch all / next / layer as pub_pfa / pub_pfn / pub_pfl, measured at 22bbdfc and removed: the
+    # layers' parameters asked of L2 with cp.async.bulk.prefetch.L2; 0.5-8% slower, and ms_warm_l2 shows cold weights
+    # cost nothing)
     "pub_r6": dict(published=True, max_split=6),
     "pub_r6_lnb16": dict(published=True, max_split=6, block_m_ln=16),
     "pub_r6_bnw64": dict(published=True, max_split=6, block_n_wide=64),  # (FFN1 in 64-wide tiles again: 4 per program)

@@ -323,20 +323,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
                               (ao, "attn_oproj=false"), (apk > 1, "attn_pack=1")) if c]
         if why:
             raise ValueError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
-    # (YAML 1.1 reads a bare off as false)
-    pf = -1 if o["l2_prefetch"] is True else {"off": 0, False: 0, "all": 1, "next": 2, "layer": 3}.get(
-        o["l2_prefetch"], -1)
-    if pf < 0:
-        raise ValueError(f"seqres: l2_prefetch={o['l2_prefetch']!r}: off, all (every layer's parameters asked of L2 "
-                         "at the start), next (layer l + 1's as layer l starts) or layer (layer l's as it starts)")
-    if pf and not flat:
-        raise ValueError("seqres: l2_prefetch needs gemm_loop flat or nested; set l2_prefetch=off")
-    if pf and D % 4:
-        raise ValueError(f"seqres: l2_prefetch needs D % 4 == 0 (its regions must be multiples of 16 bytes), got D={D}; "
-                         "set l2_prefetch=off")
-    if pf and interpret:  # (cp.async.bulk.prefetch is inline PTX, which the interpreter cannot run)
-        info["l2_prefetch_note"] = "the interpreter has no inline PTX: l2_prefetch off"
-        pf = 0
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -363,7 +349,6 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         # NCNT: counters per group (LNF), set below from the attention and FFN tiles
         NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow, AFL=afl,
-        PF=pf, PF_EB=2 if presplit == 1 else 4, PF_NW=int(o["num_warps"]),
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )

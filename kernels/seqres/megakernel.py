@@ -43,40 +43,6 @@ def _now(x):
 
 
 @triton.jit
-def _l2_prefetch(ptr, n_elem, EB: tl.constexpr, NW: tl.constexpr):
-    """Ask L2 for the ``n_elem * EB`` bytes at ``ptr`` (``cp.async.bulk.prefetch.L2``: nothing is waited for and
-    no register holds the data): the bytes are cut into one chunk per thread of the grid (a multiple of 256 bytes),
-    chunk ``pid + grid * t`` to thread t of program pid, so every SM's copy engine asks for a share. The region and
-    its start must be multiples of 16 bytes (``host.prepare_meta`` checks D % 4 == 0)."""
-    grid = tl.num_programs(0)
-    nbytes = n_elem * EB
-    ch = ((nbytes + grid * (32 * NW) - 1) // (grid * (32 * NW)) + 255) // 256 * 256
-    off = (tl.program_id(0) + grid * tl.arange(0, 32 * NW)) * ch
-    size = tl.maximum(tl.minimum(nbytes - off, ch), 0)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr.to(tl.pointer_type(tl.int8)) + off, size], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _l2_prefetch_layer(l, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr,
-                       w2_ptr, b2_ptr, D: tl.constexpr, WROWS: tl.constexpr, EB: tl.constexpr, NW: tl.constexpr):
-    """Layer l's parameters into L2 (``l2_prefetch``), in the order the layer reads them."""
-    _l2_prefetch(ln1w_ptr + l * D, D, 4, NW)
-    _l2_prefetch(ln1b_ptr + l * D, D, 4, NW)
-    _l2_prefetch(wqkv_ptr + l * (WROWS * D * 3 * D), WROWS * D * 3 * D, EB, NW)
-    _l2_prefetch(bqkv_ptr + l * (3 * D), 3 * D, 4, NW)
-    _l2_prefetch(wo_ptr + l * (WROWS * D * D), WROWS * D * D, EB, NW)
-    _l2_prefetch(bo_ptr + l * D, D, 4, NW)
-    _l2_prefetch(ln2w_ptr + l * D, D, 4, NW)
-    _l2_prefetch(ln2b_ptr + l * D, D, 4, NW)
-    _l2_prefetch(w1_ptr + l * (WROWS * D * 4 * D), WROWS * D * 4 * D, EB, NW)
-    _l2_prefetch(b1_ptr + l * (4 * D), 4 * D, 4, NW)
-    _l2_prefetch(w2_ptr + l * (WROWS * 4 * D * D), WROWS * 4 * D * D, EB, NW)
-    _l2_prefetch(b2_ptr + l * D, D, 4, NW)
-
-
-@triton.jit
 def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
           R: tl.constexpr, BLOCK_R: tl.constexpr, FLAGS: tl.constexpr, trace_ptr, TRACE: tl.constexpr):
     """Phase boundary: CTA barrier, plus the group's flag barrier when FLAGS. TRACE: the program's arrival
@@ -1238,8 +1204,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr, PF: tl.constexpr, PF_EB: tl.constexpr,
-    PF_NW: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1260,16 +1225,6 @@ def _seqres_fwd(
         tl.store(trace_row, _now(pid))
         trace_ptr = trace_row + 1 - 2 * (epoch + 1)
 
-    if PF == 1:  # l2_prefetch: all: every layer's parameters into L2 before any work (the timing flushes L2)
-        for lp in range(0, L):
-            _l2_prefetch_layer(lp, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, w1_ptr,
-                               b1_ptr, w2_ptr, b2_ptr, D, WROWS, PF_EB, PF_NW)
-    elif PF >= 2:  # next | layer: layer 0's parameters first
-        _l2_prefetch_layer(0, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, w1_ptr,
-                           b1_ptr, w2_ptr, b2_ptr, D, WROWS, PF_EB, PF_NW)
-    if PF:
-        _l2_prefetch(lnfw_ptr, D, 4, PF_NW)
-        _l2_prefetch(lnfb_ptr, D, 4, PF_NW)
     if CPF:  # the copy and layer 0's LN1 split in one pass over x; its barrier is layer 0's first
         _rows_phase(x_ptr, xhi_ptr, ln1w_ptr, ln1b_ptr, row0, rank, M, D, True, R, BM_LN, BD, CM, PRESPLIT, xlo_ptr,
                     y_ptr, True)
@@ -1281,14 +1236,6 @@ def _seqres_fwd(
         _sync(flags_ptr, rank, epoch + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FLAT:
         for l in range(0, L):
-            if PF == 2:  # l2_prefetch: next: layer l + 1's parameters while layer l runs
-                if l + 1 < L:
-                    _l2_prefetch_layer(l + 1, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr, ln2w_ptr,
-                                       ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, D, WROWS, PF_EB, PF_NW)
-            elif PF == 3:  # layer: layer l's parameters as it starts (layer 0's went first)
-                if l > 0:
-                    _l2_prefetch_layer(l, ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr, ln2w_ptr,
-                                       ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, D, WROWS, PF_EB, PF_NW)
             _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                         ln1w_ptr, ln1b_ptr, wqkv_ptr, bqkv_ptr, wo_ptr, bo_ptr,
                         ln2w_ptr, ln2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr,
