@@ -121,6 +121,20 @@ def split_bf16_trunc(x, BF16: tl.constexpr):
 
 
 @triton.jit
+def split_f16(x, F16: tl.constexpr):
+    """Split an fp32 tile into fp16 hi + lo parts (round to nearest each), |x - hi - lo| <= 2^-22 |x| while lo is
+    normal (|x| >= ~2^-2), else an absolute 2^-25: the A operand of a two-product GEMM whose weight is one fp16
+    part (seqres ``ffn2_scheme: f16_w1``). The operands there are bounded whatever the input scale (GELU of a
+    LayerNorm's product), far below fp16's 65504. F16=False (interpreter): the same values in fp32 tensors."""
+    hi = x.to(tl.float16)
+    lo = (x - hi.to(tl.float32)).to(tl.float16)
+    if F16:
+        return hi, lo
+    else:
+        return hi.to(tl.float32), lo.to(tl.float32)
+
+
+@triton.jit
 def dot_split(a_hi, a_lo, b_hi, b_lo, acc, A_LO: tl.constexpr, B_LO: tl.constexpr, PREC: tl.constexpr):
     """acc + a @ b from hi/lo parts (from ``split_bf16`` or bf16/fp32 loads), smallest terms first:
     [a_lo b_hi if A_LO] + [a_hi b_lo if B_LO] + a_hi b_hi. Both flags: bf16x3 (~fp32-grade); A_LO only:

@@ -31,6 +31,8 @@ def compile_case(case, params: dict, arch: int = 90):
     for n in names:
         if n in meta:
             sig[n] = "constexpr"
+        elif n == "w2_ptr" and meta["PRESPLIT"] == 1 and meta.get("F2H"):
+            sig[n] = "*fp16"
         elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
         elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["FLAT"] and meta["PRESPLIT"] == 1:

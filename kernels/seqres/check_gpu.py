@@ -335,6 +335,8 @@ SWEEP = {
     # do not fit two programs per SM); pub_afl2 keeps 64-row tiles with 2 stages: the same in the nested attention loop
     # (measured at 6ce8212: 1.5-2.7% faster; since 53b581c fit_smem takes the attention to 2 stages first, so pub does)
     "pub_ast2": dict(published=True, attn_stages=2),
+    # session 19: FFN2 on fp16 hi/lo A parts and W2 rounded to fp16 once (two products, 2-byte weights)
+    "pub_f2h": dict(published=True, ffn2_scheme="f16_w1"),
     # (session 19: l2_prefetch all / next / layer as pub_pfa / pub_pfn / pub_pfl, measured at 22bbdfc and removed: the
     # layers' parameters asked of L2 with cp.async.bulk.prefetch.L2; 0.5-8% slower, and ms_warm_l2 shows cold weights
     # cost nothing)

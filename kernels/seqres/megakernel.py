@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ..common.tl_helpers import (dot_split, gelu_erf, gelu_erf_poly, gelu_log2poly, group_barrier, layernorm_rows,
-                                 layernorm_stats, layernorm_stats_chunked, spin_flags, split_bf16_trunc)
+                                 layernorm_stats, layernorm_stats_chunked, spin_flags, split_bf16_trunc, split_f16)
 
 LN_EPS = tl.constexpr(1e-5)
 
@@ -60,8 +60,17 @@ def _sync(flags_ptr, rank, target, err_ptr, spin_limit,
 @triton.jit
 def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
     """Store fp32 ``x`` at ``o_ptr + offs``, or (SPLIT) its hi/lo parts at ``o_ptr``/``olo_ptr`` (1: bf16;
-    2: fp32-held, interpreter): how a producer hands a flat GEMM phase its pre-split A operand."""
-    if SPLIT:
+    2: fp32-held, interpreter; 3: fp16, at bf16 pointers reinterpreted; 4: fp16 values fp32-held): how a producer
+    hands a flat GEMM phase its pre-split A operand."""
+    if SPLIT == 3:
+        hi, lo = split_f16(x, True)
+        tl.store(o_ptr.to(tl.pointer_type(tl.float16)) + offs, hi, mask=mask)
+        tl.store(olo_ptr.to(tl.pointer_type(tl.float16)) + offs, lo, mask=mask)
+    elif SPLIT == 4:
+        hi, lo = split_f16(x, False)
+        tl.store(o_ptr + offs, hi, mask=mask)
+        tl.store(olo_ptr + offs, lo, mask=mask)
+    elif SPLIT:
         hi, lo = split_bf16_trunc(x, SPLIT == 1)
         tl.store(o_ptr + offs, hi, mask=mask)
         tl.store(olo_ptr + offs, lo, mask=mask)
@@ -75,7 +84,10 @@ def _w_parts(ptrs, mask, N: tl.constexpr, WROWS: tl.constexpr):
     WROWS * N): (hi, lo, hi) — WROWS 3 loads the second hi row, WROWS 2 reuses the first. ``mask`` None:
     unmasked loads (the tile lies inside the weight)."""
     w_hi = _load_tile(ptrs, mask, "")
-    w_lo = _load_tile(ptrs + N, mask, "")
+    if WROWS == 1:  # one part (``ffn2_scheme: f16_w1``): the caller runs two dots on it
+        w_lo = w_hi
+    else:
+        w_lo = _load_tile(ptrs + N, mask, "")
     if WROWS == 3:
         w_hi2 = _load_tile(ptrs + 2 * N, mask, "")
     else:
@@ -680,7 +692,10 @@ def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
         a_hi = tl.load(ahi_ptr + a_base + a_offs, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + a_base + a_offs, cache_modifier=CM)
         w_hi = tl.load(w_ptr + w_base + w_offs)
-        w_lo = tl.load(w_ptr + w_base + N + w_offs)
+        if WROWS == 1:  # one fp16 part (f16_w1): two dots on it
+            w_lo = w_hi
+        else:
+            w_lo = tl.load(w_ptr + w_base + N + w_offs)
         if WROWS == 3:
             w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs)
         else:
@@ -694,7 +709,10 @@ def _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
         a_hi = tl.load(ahi_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
         a_lo = tl.load(alo_ptr + a_base + a_offs, mask=amask, other=0.0, cache_modifier=CM)
         w_hi = tl.load(w_ptr + w_base + w_offs, mask=wmask, other=0.0)
-        w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
+        if WROWS == 1:
+            w_lo = w_hi
+        else:
+            w_lo = tl.load(w_ptr + w_base + N + w_offs, mask=wmask, other=0.0)
         if WROWS == 3:
             w_hi2 = tl.load(w_ptr + w_base + 2 * N + w_offs, mask=wmask, other=0.0)
         else:
@@ -749,7 +767,8 @@ def _nested_step(acc_lh, acc_hl, acc_hh, ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, 
     a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(ahi_ptr, alo_ptr, w_ptr, row0, tm, tn, kk, a_offs, w_offs,
                                                    M, N, K, BM, BN, BK, CM, WROWS, EVEN)
     acc_lh = tl.dot(a_lo, w_hi, acc_lh, input_precision=PREC)
-    acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
+    if WROWS != 1:  # (WROWS 1, f16_w1: a_lo w + a_hi w; acc_hl stays zero)
+        acc_hl = tl.dot(a_hi, w_lo, acc_hl, input_precision=PREC)
     acc_hh = tl.dot(a_hi, w_hi2, acc_hh, input_precision=PREC)
     return acc_lh, acc_hl, acc_hh
 
@@ -879,7 +898,8 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
             if ARS == 1:  # a new tile (or, at i == 0, the zeros above); a stream-K piece starting mid-tile has zeros too
                 acc = tl.where(kk == 0, 0.0, acc)
             acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
-            acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+            if WROWS != 1:  # (WROWS 1, f16_w1: two dots, a_lo w + a_hi w)
+                acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
             acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
             last = kk == KT - 1
             if STREAM_K:
@@ -896,14 +916,15 @@ def _linear_phase_flat(ahi_ptr, alo_ptr,  # [*, K] A split into hi/lo parts (bf1
 @triton.jit
 def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
                      w1_ptr, b1_ptr,    # [WROWS*D, 4D] presplit W1 (rows hi, lo(, hi) of row k), [4D]
-                     w2_ptr, b2_ptr,    # [WROWS*4D, D] presplit W2, [D]
+                     w2_ptr, b2_ptr,    # [WROWS*4D, D] presplit W2 (F2H: [4D, D] fp16), [D]
                      y_ptr,             # [*, D] the residual stream: y += GELU(LN2(y) @ W1 + b1) @ W2 + b2
                      row0, rank,
                      M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr,
                      PRESPLIT: tl.constexpr, R: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr,
                      BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr,
                      LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None, lnb_ptr=None,
-                     lnfw_ptr=None, lnfb_ptr=None, last=False, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16):
+                     lnfw_ptr=None, lnfb_ptr=None, last=False, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16,
+                     F2H: tl.constexpr = 0):
     """FFN1 and FFN2 in one phase (``ffn_fused``), split over the hidden dimension: work item (tm, c) computes
     h = GELU(A[tm] @ W1[:, c] + b1[c]) for row block tm and hidden chunk c (BH columns; K loop over D),
     splits h into bf16 hi/lo in registers and adds h @ W2[c, :] (three dots of K = BH per BN2-wide column
@@ -912,19 +933,21 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
     Items are shared out as contiguous runs over the R programs. LNF (``ln_fold``): the last item of a row block
     to finish normalises its rows of y (a counter per row block, ``cnt_ptr``): with the next layer's LN1
     (``lnw_ptr``, ``lnb_ptr``) into the split A operand at ``xhi_ptr``/``xlo_ptr`` (the rows' items are done
-    reading it), or, in the ``last`` layer, with the final LayerNorm in place."""
+    reading it), or, in the ``last`` layer, with the final LayerNorm in place. F2H (``ffn2_scheme: f16_w1``): h is
+    split into fp16 hi/lo and W2 is one fp16 part ([4D, D]): two dots per column block."""
     F: tl.constexpr = 4 * D
+    W2R: tl.constexpr = 1 if F2H else WROWS
     NC: tl.constexpr = (F + BH - 1) // BH
     NI: tl.constexpr = ((M + BM - 1) // BM) * NC
     TPP: tl.constexpr = (NI + R - 1) // R
     a_offs = tl.arange(0, BM)[:, None] * D + tl.arange(0, BK)[None, :]              # [BM, BK]
     w_offs = tl.arange(0, BK)[:, None] * (WROWS * F) + tl.arange(0, BH)[None, :]    # [BK, BH], hi rows of W1
-    w2_offs = tl.arange(0, BH)[:, None] * (WROWS * D) + tl.arange(0, BN2)[None, :]  # [BH, BN2], hi rows of W2
+    w2_offs = tl.arange(0, BH)[:, None] * (W2R * D) + tl.arange(0, BN2)[None, :]    # [BH, BN2], hi rows of W2
     for i in range(0, TPP):  # constexpr trip count (the interpreter cannot loop to a bound computed from the rank)
         it = rank * TPP + i
         if it < NI:
             _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
-                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS)
+                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS, F2H)
             if LNF:
                 tm = it // NC
                 if _last_arrival(cnt_ptr + tm, cnt_target):
@@ -940,9 +963,10 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
 def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
               M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr, PRESPLIT: tl.constexpr,
               BM: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-              WROWS: tl.constexpr):
+              WROWS: tl.constexpr, F2H: tl.constexpr = 0):
     """Work item ``it`` = (row block tm, hidden chunk c) of ``_ffn_fused_phase``."""
     F: tl.constexpr = 4 * D
+    W2R: tl.constexpr = 1 if F2H else WROWS
     NC: tl.constexpr = (F + BH - 1) // BH
     KT: tl.constexpr = (D + BK - 1) // BK
     NT2: tl.constexpr = (D + BN2 - 1) // BN2
@@ -971,7 +995,10 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
         acc = gelu_erf(acc)
     if not EVEN1:  # hidden columns past 4D (W1 columns and b1 masked to 0 -> GELU(0) = 0 anyway), rows past M
         acc = tl.where((offs_m < M)[:, None] & (offs_h < F)[None, :], acc, 0.0)
-    h_hi, h_lo = split_bf16_trunc(acc, PRESPLIT == 1)
+    if F2H:
+        h_hi, h_lo = split_f16(acc, PRESPLIT == 1)
+    else:
+        h_hi, h_lo = split_bf16_trunc(acc, PRESPLIT == 1)
     rows = row0 + offs_m
     for n in range(0, NT2):
         offs_n = n * BN2 + tl.arange(0, BN2)
@@ -983,10 +1010,11 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
             wmask = (offs_h < F)[:, None] & (offs_n < D)[None, :]
             omask = (offs_m < M)[:, None] & (offs_n < D)[None, :]
             b2 = tl.load(b2_ptr + offs_n, mask=offs_n < D, other=0.0)
-        w2_hi, w2_lo, w2_hi2 = _w_parts(w2_ptr + c * (BH * WROWS * D) + n * BN2 + w2_offs, wmask, D, WROWS)
+        w2_hi, w2_lo, w2_hi2 = _w_parts(w2_ptr + c * (BH * W2R * D) + n * BN2 + w2_offs, wmask, D, W2R)
         out = tl.zeros((BM, BN2), tl.float32)
         out = tl.dot(h_lo, w2_hi, out, input_precision=PREC)
-        out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
+        if W2R != 1:
+            out = tl.dot(h_hi, w2_lo, out, input_precision=PREC)
         out = tl.dot(h_hi, w2_hi2, out, input_precision=PREC)
         out += tl.where(c == 0, b2, 0.0)[None, :]
         tl.atomic_add(y_ptr + rows[:, None] * D + offs_n[None, :], out, mask=omask, sem="relaxed", scope="gpu")
@@ -1085,7 +1113,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
                 FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
-                AOW: tl.constexpr = 0, AFL: tl.constexpr = 0):
+                AOW: tl.constexpr = 0, AFL: tl.constexpr = 0, F2H: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1099,6 +1127,9 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     (``attn_loop: flat``): the attention phase as one loop over (tile, key block) pairs (``_attention_phase_flat``)."""
     SEG: tl.constexpr = S if APK > 1 else 0
     M: tl.constexpr = G * S
+    # F2H (``ffn2_scheme: f16_w1``): FFN2's A (GELU(FFN1)) split into fp16 hi/lo, W2 one fp16 part per row
+    W2R: tl.constexpr = 1 if F2H else WROWS
+    SPLIT_F: tl.constexpr = PRESPLIT + 2 if F2H else PRESPLIT
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
     if LNF or LNL:  # LN1 came from the copy phase (layer 0) or the previous layer's FFN phase (LNF), or is
@@ -1150,18 +1181,24 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FF:  # FFN1 + FFN2 in one phase
         _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
-                         w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
+                         w2_ptr + l * (W2R * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
                          M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS,
                          LNF, cnt_ptr + G * NQB, (cepoch * L + l + 1) * NC, ln1w_ptr + (l + 1) * D,
-                         ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD)
+                         ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD, F2H)
         _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
         _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
-                           fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, PRESPLIT, P_LIN, PRESPLIT, R,
+                           fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, SPLIT_F, P_LIN, PRESPLIT, R,
                            BM, BNF, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-        _linear_phase_flat(fhi_ptr, flo_ptr, w2_ptr + l * (WROWS * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
-                           row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, WROWS, SK,
+        if F2H and PRESPLIT == 1:  # the fp16 parts FFN1 stored at the (bf16) f_hi/f_lo scratch
+            f2hi_ptr = fhi_ptr.to(tl.pointer_type(tl.float16))
+            f2lo_ptr = flo_ptr.to(tl.pointer_type(tl.float16))
+        else:
+            f2hi_ptr = fhi_ptr
+            f2lo_ptr = flo_ptr
+        _linear_phase_flat(f2hi_ptr, f2lo_ptr, w2_ptr + l * (W2R * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
+                           row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, W2R, SK,
                            0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 3, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
 
@@ -1184,7 +1221,7 @@ def _seqres_fwd(
     wo_ptr, bo_ptr,         # [L, D, D], [L, D]
     ln2w_ptr, ln2b_ptr,     # [L, D]
     w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
-    w2_ptr, b2_ptr,         # [L, 4D, D], [L, D]
+    w2_ptr, b2_ptr,         # [L, 4D, D], [L, D] (F2H, ffn2_scheme f16_w1: [L, 4D, D] fp16, one part)
     lnfw_ptr, lnfb_ptr,     # [D]
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
     cnt_ptr,                # [n_groups, G*NQB + NTM] int32, monotonic row-block counters (LNF; else unused)
@@ -1204,7 +1241,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr, F2H: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1243,7 +1280,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, AFL)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, AFL, F2H)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):

@@ -93,7 +93,13 @@ def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold: bool) -> torch.Tensor:
     return rstd * matmul(y.float().double(), w_f, scheme) - (rstd * mean) * s + c
 
 
-def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str, ln_fold: bool = False) -> torch.Tensor:
+GEMMS = ("qkv", "o", "ffn1", "ffn2")
+
+
+def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str, ln_fold: bool = False,
+            per_gemm: dict | None = None) -> torch.Tensor:
+    """``per_gemm``: {qkv | o | ffn1 | ffn2: scheme} overriding ``scheme`` for those linear GEMMs."""
+    sch = {g: (per_gemm or {}).get(g, scheme) for g in GEMMS}
     B, S, D = x.shape
     dh = D // H
     L = (len(flat) - 2) // 12
@@ -101,25 +107,26 @@ def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str, ln_fol
     flat = [t.double() for t in flat]
     for layer in range(L):
         ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2 = flat[12 * layer:12 * layer + 12]
-        qkv = ln_linear(x, ln1_w, ln1_b, w_qkv, b_qkv, scheme, ln_fold)
+        qkv = ln_linear(x, ln1_w, ln1_b, w_qkv, b_qkv, sch["qkv"], ln_fold)
         q, k, v = qkv.view(B, S, 3, H, dh).permute(2, 0, 3, 1, 4)
         s = matmul(q, k.transpose(-1, -2), attn_scheme) / math.sqrt(dh)
         if causal:
             s = s.masked_fill(torch.triu(torch.ones(S, S, dtype=torch.bool), 1), float("-inf"))
         a = matmul(torch.softmax(s, -1), v, attn_scheme).transpose(1, 2).reshape(B, S, D)
-        x = x + matmul(a, w_o.t(), scheme) + b_o
-        x = x + matmul(F.gelu(ln_linear(x, ln2_w, ln2_b, w_1, b_1, scheme, ln_fold)), w_2.t(), scheme) + b_2
+        x = x + matmul(a, w_o.t(), sch["o"]) + b_o
+        x = x + matmul(F.gelu(ln_linear(x, ln2_w, ln2_b, w_1, b_1, sch["ffn1"], ln_fold)), w_2.t(), sch["ffn2"]) + b_2
     return F.layer_norm(x, (D,), flat[-2], flat[-1], LN_EPS).float()
 
 
-def worst(case_no: int, scheme: str, attn_scheme: str, ln_fold: bool = False) -> tuple[float, tuple]:
+def worst(case_no: int, scheme: str, attn_scheme: str, ln_fold: bool = False,
+          per_gemm: dict | None = None) -> tuple[float, tuple]:
     case = load_case(case_no)
     w = make_weights(case)
     out = (0.0, None)
     for scale in SCALES:
         for seed in SEEDS:
             x = make_input(case, scale, seed)
-            y = forward(x, w.flat(), case.H, case.causal, scheme, attn_scheme, ln_fold)
+            y = forward(x, w.flat(), case.H, case.causal, scheme, attn_scheme, ln_fold, per_gemm)
             g = gate(y, reference_forward(case, w, x))
             if g.max_over_tol > out[0]:
                 out = (g.max_over_tol, (scale, seed))
@@ -132,10 +139,19 @@ def main(argv=None):
     ap.add_argument("--attn", default=None, help="scheme of the attention products (default: the same)")
     ap.add_argument("--ln-fold", action="store_true", help="fold LN1/LN2 into the QKV/FFN1 products")
     ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
+    ap.add_argument("--gemm", nargs="+", default=[], metavar="NAME=SCHEME",
+                    help=f"per-GEMM schemes overriding SCHEME, NAME in {GEMMS} (e.g. ffn2=f16_w1)")
     a = ap.parse_args(argv)
+    per = {}
+    for kv in a.gemm:
+        name, _, sc = kv.partition("=")
+        if name not in GEMMS or not sc:
+            raise SystemExit(f"precision_probe: --gemm {kv!r}: NAME=SCHEME with NAME in {GEMMS}")
+        per[name] = sc
+    tag = "".join(f" {k}={v}" for k, v in per.items())
     for c in a.cases:
-        w, at = worst(c, a.scheme, a.attn or a.scheme, a.ln_fold)
-        print(f"case{c:02d} linear={a.scheme} attn={a.attn or a.scheme}{' ln-fold' if a.ln_fold else ''}: worst "
+        w, at = worst(c, a.scheme, a.attn or a.scheme, a.ln_fold, per)
+        print(f"case{c:02d} linear={a.scheme}{tag} attn={a.attn or a.scheme}{' ln-fold' if a.ln_fold else ''}: worst "
               f"{w:.4f} x tolerance at (scale, seed) {at}", flush=True)
 
 
