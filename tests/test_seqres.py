@@ -154,12 +154,15 @@ def test_odd_shape_passes_gate(causal):
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
+    # FFN2 on three bf16 products (the default since session 19 is f16_w1: fp16 A parts, W2 in fp16 once)
+    dict(ffn2_scheme="bf16x3", block_n=16, block_k=16),
+    dict(ffn2_scheme="bf16x3", ffn_fused=True, attn_oproj=True, gemm_loop="nested"),
 ], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
         "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
         "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2",
         "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
         "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
-        "attn-pack2-fused", "attn-pack2-unsplit"])
+        "attn-pack2-fused", "attn-pack2-unsplit", "ffn2-bf16x3", "ffn2-bf16x3-fused-nested"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
 
@@ -287,6 +290,40 @@ def test_presplit_weights_are_bf16_hi_lo():
     assert float(((hi + lo) - w).abs().max() / w.abs().max()) < 2 ** -16
     with pytest.raises(ValueError):
         prepare_meta(load_case("smoke1"), n_sm=132, presplit_weights=True, prec_o="tf32x3")
+
+
+@needs_backend
+@pytest.mark.parametrize("params", [{}, dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16),
+                                    dict(attn_oproj=True, ffn_fused=True, block_h=64)],
+                         ids=["flat", "nested-sk", "ffn-fused"])
+def test_ffn2_f16_w1_computes_the_two_product_scheme(params):
+    """``ffn2_scheme: f16_w1`` must compute FFN2 as fp16 hi/lo A parts times W2 rounded to fp16 once: the kernel's
+    output lies close to the float64 emulation of that scheme (``precision_probe``), far closer than the emulations
+    of f16_w1 and bf16x3 lie to each other (a kernel still on bf16x3 weights, or rounding A too, fails)."""
+    from kernels.seqres.precision_probe import forward
+    case = odd_case(False)
+    w = make_weights(case, device=_device())
+    v = get_variant("seqres")
+    p = v.prepare(case, w, **dict(params, ffn2_scheme="f16_w1"))
+    assert p.meta["F2H"] == 1
+    x = make_input(case, 1.0, 1, device=_device())
+    y = v.run(p, x).double().cpu()
+    flat = [t.cpu() for t in w.flat()]
+    emu = {sc: forward(x.cpu(), flat, case.H, case.causal, "bf16x3", "bf16x3", per_gemm={"ffn2": sc}).double()
+           for sc in ("f16_w1", "bf16x3")}
+    apart = float((emu["f16_w1"] - emu["bf16x3"]).abs().max())
+    off = float((y - emu["f16_w1"]).abs().max())
+    assert apart > 1e-4, apart  # the schemes differ measurably on this case
+    assert off < 0.1 * apart, f"kernel vs f16_w1 emulation {off:.2e}, schemes apart {apart:.2e}"
+
+
+def test_ffn2_scheme_is_validated():
+    with pytest.raises(ValueError, match="bf16x3.*f16_w1"):
+        prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="fp16")
+    meta, _, info = prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1", gemm_loop="tiled",
+                                 presplit_rows=3)
+    assert meta["F2H"] == 0 and "ffn2_scheme_note" in info  # the tiled loop keeps bf16x3
+    assert prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1")[0]["F2H"] == 1
 
 
 def test_occupancy_limit_used_for_co_residency():

@@ -327,8 +327,9 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if f2h < 0:
         raise ValueError(f"seqres: ffn2_scheme={o['ffn2_scheme']!r}: bf16x3 (three bf16 products) or f16_w1 (A split "
                          "into fp16 hi/lo, W2 rounded to fp16 once: two products)")
-    if f2h and not flat:
-        raise ValueError("seqres: ffn2_scheme=f16_w1 needs gemm_loop flat or nested; set ffn2_scheme=bf16x3")
+    if f2h and not flat:  # (the tiled loop splits its operands per K step in bf16)
+        info["ffn2_scheme_note"] = "ffn2_scheme=f16_w1 applies to gemm_loop flat or nested: bf16x3 here"
+        f2h = 0
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
