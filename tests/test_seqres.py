@@ -293,23 +293,26 @@ def test_presplit_weights_are_bf16_hi_lo():
 
 
 @needs_backend
+@pytest.mark.parametrize("gemm", ["ffn2", "ffn1"])
 @pytest.mark.parametrize("params", [{}, dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16),
                                     dict(attn_oproj=True, ffn_fused=True, block_h=64)],
                          ids=["flat", "nested-sk", "ffn-fused"])
-def test_ffn2_f16_w1_computes_the_two_product_scheme(params):
-    """``ffn2_scheme: f16_w1`` must compute FFN2 as fp16 hi/lo A parts times W2 rounded to fp16 once: the kernel's
-    output lies close to the float64 emulation of that scheme (``precision_probe``), far closer than the emulations
-    of f16_w1 and bf16x3 lie to each other (a kernel still on bf16x3 weights, or rounding A too, fails)."""
+def test_ffn_f16_w1_computes_the_two_product_scheme(params, gemm):
+    """``ffn2_scheme`` / ``ffn1_scheme: f16_w1`` must compute that GEMM as fp16 hi/lo A parts times the weight rounded
+    to fp16 once: the kernel's output lies close to the float64 emulation of that scheme (``precision_probe``), far
+    closer than the emulations of f16_w1 and bf16x3 lie to each other (a kernel still on bf16x3 weights, or rounding
+    A too, fails)."""
     from kernels.seqres.precision_probe import forward
     case = odd_case(False)
     w = make_weights(case, device=_device())
     v = get_variant("seqres")
-    p = v.prepare(case, w, **dict(params, ffn2_scheme="f16_w1"))
-    assert p.meta["F2H"] == 1
+    other = "ffn1" if gemm == "ffn2" else "ffn2"
+    p = v.prepare(case, w, **dict(params, **{f"{gemm}_scheme": "f16_w1", f"{other}_scheme": "bf16x3"}))
+    assert (p.meta["F2H"], p.meta["F1H"]) == ((1, 0) if gemm == "ffn2" else (0, 1))
     x = make_input(case, 1.0, 1, device=_device())
     y = v.run(p, x).double().cpu()
     flat = [t.cpu() for t in w.flat()]
-    emu = {sc: forward(x.cpu(), flat, case.H, case.causal, "bf16x3", "bf16x3", per_gemm={"ffn2": sc}).double()
+    emu = {sc: forward(x.cpu(), flat, case.H, case.causal, "bf16x3", "bf16x3", per_gemm={gemm: sc}).double()
            for sc in ("f16_w1", "bf16x3")}
     apart = float((emu["f16_w1"] - emu["bf16x3"]).abs().max())
     off = float((y - emu["f16_w1"]).abs().max())
@@ -320,6 +323,9 @@ def test_ffn2_f16_w1_computes_the_two_product_scheme(params):
 def test_ffn2_scheme_is_validated():
     with pytest.raises(ValueError, match="bf16x3.*f16_w1"):
         prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="fp16")
+    with pytest.raises(ValueError, match="ffn1_scheme=bf16x3"):  # ln_fold writes LN2's split in bf16
+        prepare_meta(load_case("smoke1"), n_sm=132, ffn1_scheme="f16_w1", attn_oproj=True, ffn_fused=True,
+                     ln_fold=True)
     meta, _, info = prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1", gemm_loop="tiled",
                                  presplit_rows=3)
     assert meta["F2H"] == 0 and "ffn2_scheme_note" in info  # the tiled loop keeps bf16x3

@@ -31,7 +31,7 @@ def compile_case(case, params: dict, arch: int = 90):
     for n in names:
         if n in meta:
             sig[n] = "constexpr"
-        elif n == "w2_ptr" and meta["PRESPLIT"] == 1 and meta.get("F2H"):
+        elif meta["PRESPLIT"] == 1 and ((n == "w2_ptr" and meta.get("F2H")) or (n == "w1_ptr" and meta.get("F1H"))):
             sig[n] = "*fp16"
         elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"

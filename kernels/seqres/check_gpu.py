@@ -338,6 +338,7 @@ SWEEP = {
     # session 19: FFN2 on fp16 hi/lo A parts and W2 rounded to fp16 once (two products, 2-byte weights)
     "pub_f2h": dict(published=True, ffn2_scheme="f16_w1"),
     "pub_f2b": dict(published=True, ffn2_scheme="bf16x3"),  # the control since f16_w1 became the default (f77464e)
+    "pub_f1h": dict(published=True, ffn1_scheme="f16_w1", ffn2_scheme="bf16x3"),  # the two products on FFN1 instead
     # (session 19: l2_prefetch all / next / layer as pub_pfa / pub_pfn / pub_pfl, measured at 22bbdfc and removed: the
     # layers' parameters asked of L2 with cp.async.bulk.prefetch.L2; 0.5-8% slower, and ms_warm_l2 shows cold weights
     # cost nothing)

@@ -330,6 +330,13 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if f2h and not flat:  # (the tiled loop splits its operands per K step in bf16)
         info["ffn2_scheme_note"] = "ffn2_scheme=f16_w1 applies to gemm_loop flat or nested: bf16x3 here"
         f2h = 0
+    f1h = {"bf16x3": 0, "f16_w1": 1}.get(o["ffn1_scheme"], -1)
+    if f1h < 0:
+        raise ValueError(f"seqres: ffn1_scheme={o['ffn1_scheme']!r}: bf16x3 (three bf16 products) or f16_w1 (A split "
+                         "into fp16 hi/lo, W1 rounded to fp16 once: two products)")
+    if f1h and (not flat or lnf):  # (ln_fold writes LN2's split from the attention phase, in bf16)
+        raise ValueError("seqres: ffn1_scheme=f16_w1 needs gemm_loop flat or nested without ln_fold; set "
+                         "ffn1_scheme=bf16x3")
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
@@ -355,7 +362,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
         FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
         # NCNT: counters per group (LNF), set below from the attention and FFN tiles
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow, AFL=afl, F2H=f2h,
+        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow, AFL=afl, F2H=f2h, F1H=f1h,
         P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
         P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
     )
@@ -484,7 +491,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     ]
     if meta["PRESPLIT"]:
         for i in (2, 4, 8, 10):  # w_qkv, w_o, w_1, w_2 (transposed) [L, K, N] -> [L, WROWS*K, N], rows hi, lo(, hi)
-            if i == 10 and meta["F2H"]:  # ffn2_scheme f16_w1: W2 rounded to fp16 once (fp32-held: interpreter)
+            if (i == 10 and meta["F2H"]) or (i == 8 and meta["F1H"]):  # f16_w1: W2 / W1 rounded to fp16 once
+                # (fp32-held: interpreter)
                 w16 = tensors[i].to(torch.float16)
                 tensors[i] = (w16.float() if meta["PRESPLIT"] == 2 else w16).contiguous()
                 continue

@@ -924,7 +924,7 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
                      BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr, WROWS: tl.constexpr,
                      LNF: tl.constexpr = 0, cnt_ptr=None, cnt_target=0, lnw_ptr=None, lnb_ptr=None,
                      lnfw_ptr=None, lnfb_ptr=None, last=False, BM_LN: tl.constexpr = 16, BD: tl.constexpr = 16,
-                     F2H: tl.constexpr = 0):
+                     F2H: tl.constexpr = 0, F1H: tl.constexpr = 0):
     """FFN1 and FFN2 in one phase (``ffn_fused``), split over the hidden dimension: work item (tm, c) computes
     h = GELU(A[tm] @ W1[:, c] + b1[c]) for row block tm and hidden chunk c (BH columns; K loop over D),
     splits h into bf16 hi/lo in registers and adds h @ W2[c, :] (three dots of K = BH per BN2-wide column
@@ -934,20 +934,25 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
     to finish normalises its rows of y (a counter per row block, ``cnt_ptr``): with the next layer's LN1
     (``lnw_ptr``, ``lnb_ptr``) into the split A operand at ``xhi_ptr``/``xlo_ptr`` (the rows' items are done
     reading it), or, in the ``last`` layer, with the final LayerNorm in place. F2H (``ffn2_scheme: f16_w1``): h is
-    split into fp16 hi/lo and W2 is one fp16 part ([4D, D]): two dots per column block."""
+    split into fp16 hi/lo and W2 is one fp16 part ([4D, D]): two dots per column block. F1H (``ffn1_scheme:
+    f16_w1``; not with LNF): the A operand is LN2's fp16 split and W1 one fp16 part ([D, 4D])."""
     F: tl.constexpr = 4 * D
     W2R: tl.constexpr = 1 if F2H else WROWS
+    W1R: tl.constexpr = 1 if F1H else WROWS
+    if F1H and PRESPLIT == 1:  # the fp16 parts LN2 stored at the (bf16) x_hi/x_lo scratch
+        xhi_ptr = xhi_ptr.to(tl.pointer_type(tl.float16))
+        xlo_ptr = xlo_ptr.to(tl.pointer_type(tl.float16))
     NC: tl.constexpr = (F + BH - 1) // BH
     NI: tl.constexpr = ((M + BM - 1) // BM) * NC
     TPP: tl.constexpr = (NI + R - 1) // R
     a_offs = tl.arange(0, BM)[:, None] * D + tl.arange(0, BK)[None, :]              # [BM, BK]
-    w_offs = tl.arange(0, BK)[:, None] * (WROWS * F) + tl.arange(0, BH)[None, :]    # [BK, BH], hi rows of W1
+    w_offs = tl.arange(0, BK)[:, None] * (W1R * F) + tl.arange(0, BH)[None, :]      # [BK, BH], hi rows of W1
     w2_offs = tl.arange(0, BH)[:, None] * (W2R * D) + tl.arange(0, BN2)[None, :]    # [BH, BN2], hi rows of W2
     for i in range(0, TPP):  # constexpr trip count (the interpreter cannot loop to a bound computed from the rank)
         it = rank * TPP + i
         if it < NI:
             _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
-                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS, F2H)
+                      M, D, GELU, PREC, PRESPLIT, BM, BH, BN2, BK, CM, WROWS, F2H, F1H)
             if LNF:
                 tm = it // NC
                 if _last_arrival(cnt_ptr + tm, cnt_target):
@@ -963,10 +968,11 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
 def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it, a_offs, w_offs, w2_offs,
               M: tl.constexpr, D: tl.constexpr, GELU: tl.constexpr, PREC: tl.constexpr, PRESPLIT: tl.constexpr,
               BM: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr, CM: tl.constexpr,
-              WROWS: tl.constexpr, F2H: tl.constexpr = 0):
+              WROWS: tl.constexpr, F2H: tl.constexpr = 0, F1H: tl.constexpr = 0):
     """Work item ``it`` = (row block tm, hidden chunk c) of ``_ffn_fused_phase``."""
     F: tl.constexpr = 4 * D
     W2R: tl.constexpr = 1 if F2H else WROWS
+    W1R: tl.constexpr = 1 if F1H else WROWS
     NC: tl.constexpr = (F + BH - 1) // BH
     KT: tl.constexpr = (D + BK - 1) // BK
     NT2: tl.constexpr = (D + BN2 - 1) // BN2
@@ -977,9 +983,10 @@ def _ffn_item(xhi_ptr, xlo_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, y_ptr, row0, it,
     acc = tl.zeros((BM, BH), tl.float32)
     for kk in range(0, KT):
         a_hi, a_lo, w_hi, w_lo, w_hi2 = _step_operands(xhi_ptr, xlo_ptr, w1_ptr, row0, tm, c, kk, a_offs, w_offs,
-                                                       M, F, D, BM, BH, BK, CM, WROWS, EVEN1)
+                                                       M, F, D, BM, BH, BK, CM, W1R, EVEN1)
         acc = tl.dot(a_lo, w_hi, acc, input_precision=PREC)
-        acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
+        if W1R != 1:
+            acc = tl.dot(a_hi, w_lo, acc, input_precision=PREC)
         acc = tl.dot(a_hi, w_hi2, acc, input_precision=PREC)
     offs_h = c * BH + tl.arange(0, BH)
     offs_m = tm * BM + tl.arange(0, BM)
@@ -1113,7 +1120,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                 AST: tl.constexpr, NEST: tl.constexpr, FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr,
                 AO: tl.constexpr, LNL: tl.constexpr = 0, APK: tl.constexpr = 1, ARS: tl.constexpr = 0,
                 FTR: tl.constexpr = 0, CPF: tl.constexpr = 0, KVS: tl.constexpr = 0, stat_ptr=None,
-                AOW: tl.constexpr = 0, AFL: tl.constexpr = 0, F2H: tl.constexpr = 0):
+                AOW: tl.constexpr = 0, AFL: tl.constexpr = 0, F2H: tl.constexpr = 0, F1H: tl.constexpr = 0):
     """One encoder layer with flat GEMM loops (``gemm_loop: flat``; presplit weights): every GEMM's A is
     pre-split — LN1/LN2 by ``_rows_phase`` with SPLIT (two more phases, 7 barriers per layer), the attention
     output and GELU(FFN1) by their producers' epilogues. x-split scratch [*, D] is reused by LN1 -> QKV,
@@ -1130,6 +1137,9 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     # F2H (``ffn2_scheme: f16_w1``): FFN2's A (GELU(FFN1)) split into fp16 hi/lo, W2 one fp16 part per row
     W2R: tl.constexpr = 1 if F2H else WROWS
     SPLIT_F: tl.constexpr = PRESPLIT + 2 if F2H else PRESPLIT
+    # F1H (``ffn1_scheme: f16_w1``; not with LNF): FFN1's A (LN2) split into fp16 hi/lo, W1 one fp16 part per row
+    W1R: tl.constexpr = 1 if F1H else WROWS
+    SPLIT_2: tl.constexpr = PRESPLIT + 2 if F1H else PRESPLIT
     NQB: tl.constexpr = (S + BQ - 1) // BQ
     NC: tl.constexpr = (4 * D + BH - 1) // BH
     if LNF or LNL:  # LN1 came from the copy phase (layer 0) or the previous layer's FFN phase (LNF), or is
@@ -1177,19 +1187,25 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     else:
         b2f: tl.constexpr = b2
         _rows_phase(y_ptr, xhi_ptr, ln2w_ptr + l * D, ln2b_ptr + l * D, row0, rank, M, D, True, R, BM_LN, BD, CM,
-                    PRESPLIT, xlo_ptr)
+                    SPLIT_2, xlo_ptr)
         _sync(flags_ptr, rank, bar + b2 + 1, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     if FF:  # FFN1 + FFN2 in one phase
-        _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D),
+        _ffn_fused_phase(xhi_ptr, xlo_ptr, w1_ptr + l * (W1R * D * 4 * D), b1_ptr + l * (4 * D),
                          w2_ptr + l * (W2R * 4 * D * D), b2_ptr + l * D, y_ptr, row0, rank,
                          M, D, GE, P_LIN, PRESPLIT, R, BM, BH, BN2, BK, CM, WROWS,
                          LNF, cnt_ptr + G * NQB, (cepoch * L + l + 1) * NC, ln1w_ptr + (l + 1) * D,
-                         ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD, F2H)
+                         ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD, F2H, F1H)
         _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
-        _linear_phase_flat(xhi_ptr, xlo_ptr, w1_ptr + l * (WROWS * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
+        if F1H and PRESPLIT == 1:  # the fp16 parts LN2 stored at the (bf16) x_hi/x_lo scratch
+            f1hi_ptr = xhi_ptr.to(tl.pointer_type(tl.float16))
+            f1lo_ptr = xlo_ptr.to(tl.pointer_type(tl.float16))
+        else:
+            f1hi_ptr = xhi_ptr
+            f1lo_ptr = xlo_ptr
+        _linear_phase_flat(f1hi_ptr, f1lo_ptr, w1_ptr + l * (W1R * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, SPLIT_F, P_LIN, PRESPLIT, R,
-                           BM, BNF, BK, CM, WROWS, False, 0, NEST, ARS=ARS, FTR=FTR)
+                           BM, BNF, BK, CM, W1R, False, 0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
         if F2H and PRESPLIT == 1:  # the fp16 parts FFN1 stored at the (bf16) f_hi/f_lo scratch
             f2hi_ptr = fhi_ptr.to(tl.pointer_type(tl.float16))
@@ -1220,7 +1236,7 @@ def _seqres_fwd(
     wqkv_ptr, bqkv_ptr,     # [L, D, 3D] (w_qkv transposed; PRESPLIT: [L, WROWS*D, 3D] bf16 hi/lo(/hi) rows), [L, 3D]
     wo_ptr, bo_ptr,         # [L, D, D], [L, D]
     ln2w_ptr, ln2b_ptr,     # [L, D]
-    w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D]
+    w1_ptr, b1_ptr,         # [L, D, 4D], [L, 4D] (F1H, ffn1_scheme f16_w1: [L, D, 4D] fp16, one part)
     w2_ptr, b2_ptr,         # [L, 4D, D], [L, D] (F2H, ffn2_scheme f16_w1: [L, 4D, D] fp16, one part)
     lnfw_ptr, lnfb_ptr,     # [D]
     flags_ptr,              # [n_groups, BLOCK_R] int32, monotonic barrier flags
@@ -1241,7 +1257,7 @@ def _seqres_fwd(
     SK: tl.constexpr, AS: tl.constexpr, GE: tl.constexpr, AST: tl.constexpr, NEST: tl.constexpr,
     FF: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, AO: tl.constexpr, LNF: tl.constexpr, NCNT: tl.constexpr,
     LNL: tl.constexpr, APK: tl.constexpr, ARS: tl.constexpr, WCH: tl.constexpr, FTR: tl.constexpr, CPF: tl.constexpr,
-    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr, F2H: tl.constexpr,
+    KVS: tl.constexpr, AOW: tl.constexpr, AFL: tl.constexpr, F2H: tl.constexpr, F1H: tl.constexpr,
     P_QKV: tl.constexpr, P_ATTN: tl.constexpr, P_O: tl.constexpr, P_FFN1: tl.constexpr,
     P_FFN2: tl.constexpr, P_FAST: tl.constexpr,
 ):
@@ -1280,7 +1296,7 @@ def _seqres_fwd(
                         epoch + 2 - CPF + NBL * l, row0, rank, qk_scale, cnt_ptr + group * NCNT, cepoch, lnfw_ptr,
                         lnfb_ptr, L, LNF, TRACE, S, D, H, DH, G, CAUSAL, R, BLOCK_R, FLAGS, BM, BN, BK, BQ, BKV, BDH, BD,
                         BM_LN, CM, PRESPLIT, P_QKV, P_ATTN, WROWS, BNQ, BNF, SK, AS, GE, AST, NEST, FF, BH, BN2, AO, LNL,
-                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, AFL, F2H)
+                        APK, ARS, FTR, CPF, KVS, qkv_ptr + group * (R * 2 * BQ), AOW, AFL, F2H, F1H)
     else:
         if L_FAST < L:
             for l in range(0, L - L_FAST):
