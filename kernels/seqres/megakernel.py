@@ -64,8 +64,9 @@ def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
     hands a flat GEMM phase its pre-split A operand."""
     if SPLIT == 3:
         hi, lo = split_f16(x, True)
-        tl.store(o_ptr.to(tl.pointer_type(tl.float16)) + offs, hi, mask=mask)
-        tl.store(olo_ptr.to(tl.pointer_type(tl.float16)) + offs, lo, mask=mask)
+        o16_ptr, olo16_ptr = _f16_parts(o_ptr, olo_ptr, True)
+        tl.store(o16_ptr + offs, hi, mask=mask)
+        tl.store(olo16_ptr + offs, lo, mask=mask)
     elif SPLIT == 4:
         hi, lo = split_f16(x, False)
         tl.store(o_ptr + offs, hi, mask=mask)
@@ -76,6 +77,16 @@ def _store(o_ptr, olo_ptr, offs, mask, x, SPLIT: tl.constexpr):
         tl.store(olo_ptr + offs, lo, mask=mask)
     else:
         tl.store(o_ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def _f16_parts(hi_ptr, lo_ptr, F16: tl.constexpr):
+    """The hi/lo scratch pointers read as fp16 (F16: a producer stored fp16 parts there, the f16_w1 schemes; the
+    scratch is allocated bf16), else as given."""
+    if F16:
+        return hi_ptr.to(tl.pointer_type(tl.float16)), lo_ptr.to(tl.pointer_type(tl.float16))
+    else:
+        return hi_ptr, lo_ptr
 
 
 @triton.jit
@@ -939,9 +950,7 @@ def _ffn_fused_phase(xhi_ptr, xlo_ptr,  # [*, D] LN2(y) split into hi/lo parts
     F: tl.constexpr = 4 * D
     W2R: tl.constexpr = 1 if F2H else WROWS
     W1R: tl.constexpr = 1 if F1H else WROWS
-    if F1H and PRESPLIT == 1:  # the fp16 parts LN2 stored at the (bf16) x_hi/x_lo scratch
-        xhi_ptr = xhi_ptr.to(tl.pointer_type(tl.float16))
-        xlo_ptr = xlo_ptr.to(tl.pointer_type(tl.float16))
+    xhi_ptr, xlo_ptr = _f16_parts(xhi_ptr, xlo_ptr, F1H and PRESPLIT == 1)  # (LN2 stored fp16 parts)
     NC: tl.constexpr = (F + BH - 1) // BH
     NI: tl.constexpr = ((M + BM - 1) // BM) * NC
     TPP: tl.constexpr = (NI + R - 1) // R
@@ -1197,22 +1206,12 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
                          ln1b_ptr + (l + 1) * D, lnfw_ptr, lnfb_ptr, l == L - 1, BM_LN, BD, F2H, F1H)
         _sync(flags_ptr, rank, bar + b2f + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
     else:
-        if F1H and PRESPLIT == 1:  # the fp16 parts LN2 stored at the (bf16) x_hi/x_lo scratch
-            f1hi_ptr = xhi_ptr.to(tl.pointer_type(tl.float16))
-            f1lo_ptr = xlo_ptr.to(tl.pointer_type(tl.float16))
-        else:
-            f1hi_ptr = xhi_ptr
-            f1lo_ptr = xlo_ptr
+        f1hi_ptr, f1lo_ptr = _f16_parts(xhi_ptr, xlo_ptr, F1H and PRESPLIT == 1)  # (LN2 stored fp16 parts)
         _linear_phase_flat(f1hi_ptr, f1lo_ptr, w1_ptr + l * (W1R * D * 4 * D), b1_ptr + l * (4 * D), y_ptr,
                            fhi_ptr, flo_ptr, row0, rank, M, 4 * D, D, GE, False, SPLIT_F, P_LIN, PRESPLIT, R,
                            BM, BNF, BK, CM, W1R, False, 0, NEST, ARS=ARS, FTR=FTR)
         _sync(flags_ptr, rank, bar + b2 + 2, err_ptr, spin_limit, R, BLOCK_R, FLAGS, trace_ptr, TRACE)
-        if F2H and PRESPLIT == 1:  # the fp16 parts FFN1 stored at the (bf16) f_hi/f_lo scratch
-            f2hi_ptr = fhi_ptr.to(tl.pointer_type(tl.float16))
-            f2lo_ptr = flo_ptr.to(tl.pointer_type(tl.float16))
-        else:
-            f2hi_ptr = fhi_ptr
-            f2lo_ptr = flo_ptr
+        f2hi_ptr, f2lo_ptr = _f16_parts(fhi_ptr, flo_ptr, F2H and PRESPLIT == 1)  # (FFN1 stored fp16 parts)
         _linear_phase_flat(f2hi_ptr, f2lo_ptr, w2_ptr + l * (W2R * 4 * D * D), b2_ptr + l * D, y_ptr, y_ptr, y_ptr,
                            row0, rank, M, D, 4 * D, False, True, 0, P_LIN, PRESPLIT, R, BM, BN, BK, CM, W2R, SK,
                            0, NEST, ARS=ARS, FTR=FTR)
