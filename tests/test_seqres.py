@@ -293,26 +293,27 @@ def test_presplit_weights_are_bf16_hi_lo():
 
 
 @needs_backend
-@pytest.mark.parametrize("gemm", ["ffn2", "ffn1"])
+@pytest.mark.parametrize("gemm", ["ffn2", "ffn1", "both"])
 @pytest.mark.parametrize("params", [{}, dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16),
                                     dict(attn_oproj=True, ffn_fused=True, block_h=64)],
                          ids=["flat", "nested-sk", "ffn-fused"])
 def test_ffn_f16_w1_computes_the_two_product_scheme(params, gemm):
-    """``ffn2_scheme`` / ``ffn1_scheme: f16_w1`` must compute that GEMM as fp16 hi/lo A parts times the weight rounded
-    to fp16 once: the kernel's output lies close to the float64 emulation of that scheme (``precision_probe``), far
-    closer than the emulations of f16_w1 and bf16x3 lie to each other (a kernel still on bf16x3 weights, or rounding
-    A too, fails)."""
+    """``ffn2_scheme`` / ``ffn1_scheme: f16_w1`` (one of them, or both) must compute that GEMM as fp16 hi/lo A parts
+    times the weight rounded to fp16 once: the kernel's output lies close to the float64 emulation of that scheme
+    (``precision_probe``), far closer than the emulations of f16_w1 and bf16x3 lie to each other (a kernel still on
+    bf16x3 weights, or rounding A too, fails)."""
     from kernels.seqres.precision_probe import forward
     case = odd_case(False)
     w = make_weights(case, device=_device())
     v = get_variant("seqres")
-    other = "ffn1" if gemm == "ffn2" else "ffn2"
-    p = v.prepare(case, w, **dict(params, **{f"{gemm}_scheme": "f16_w1", f"{other}_scheme": "bf16x3"}))
-    assert (p.meta["F2H"], p.meta["F1H"]) == ((1, 0) if gemm == "ffn2" else (0, 1))
+    on = {"ffn1", "ffn2"} if gemm == "both" else {gemm}
+    schemes = {g: "f16_w1" if g in on else "bf16x3" for g in ("ffn1", "ffn2")}
+    p = v.prepare(case, w, **dict(params, **{f"{g}_scheme": sc for g, sc in schemes.items()}))
+    assert (p.meta["F2H"], p.meta["F1H"]) == (int("ffn2" in on), int("ffn1" in on))
     x = make_input(case, 1.0, 1, device=_device())
     y = v.run(p, x).double().cpu()
     flat = [t.cpu() for t in w.flat()]
-    emu = {sc: forward(x.cpu(), flat, case.H, case.causal, "bf16x3", "bf16x3", per_gemm={gemm: sc}).double()
+    emu = {sc: forward(x.cpu(), flat, case.H, case.causal, "bf16x3", "bf16x3", per_gemm={g: sc for g in on}).double()
            for sc in ("f16_w1", "bf16x3")}
     apart = float((emu["f16_w1"] - emu["bf16x3"]).abs().max())
     off = float((y - emu["f16_w1"]).abs().max())
