@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 FAMILIES = ("seqres", "dag", "hybrid")
+SCHEME_GEMMS = ("qkv", "o", "ffn1", "ffn2")
 
 
 def config_dir() -> Path:
@@ -34,12 +35,22 @@ class Case:
     causal: bool
     weight_seed: int
     smoke: bool = False
+    # the case's precision choices (SPEC §4: the fastest scheme that passes, per case): (GEMM, scheme) pairs from
+    # the yaml's ``schemes`` mapping, read by a kernel parameter set to ``case`` (seqres: ``ffn1_scheme``)
+    schemes: tuple = ()
 
     def __post_init__(self):
+        bad = [k for k, _ in self.schemes if k not in SCHEME_GEMMS]
+        if bad:
+            raise ValueError(f"case {self.name}: schemes names {bad}; the GEMMs are {SCHEME_GEMMS}")
         if self.D % self.H:
             raise ValueError(f"case {self.name}: D={self.D} is not divisible by H={self.H}")
         if self.family not in FAMILIES:
             raise ValueError(f"case {self.name}: family {self.family!r} not in {FAMILIES}")
+
+    def scheme(self, gemm: str, default: str) -> str:
+        """This case's scheme for ``gemm`` (one of ``SCHEME_GEMMS``), ``default`` where its config names none."""
+        return dict(self.schemes).get(gemm, default)
 
     @property
     def dh(self) -> int:
@@ -78,7 +89,10 @@ def _load_all() -> dict[str, Case]:
     for path in sorted((config_dir() / "case").glob("*.yaml")):
         with open(path) as f:
             d = yaml.safe_load(f)
-        c = Case(**{k: d[k] for k in Case.__dataclass_fields__ if k in d})
+        sch = d.pop("schemes", None) or {}
+        if not isinstance(sch, dict) or not all(isinstance(v, str) for v in sch.values()):
+            raise ValueError(f"{path}: schemes must map a GEMM name to a scheme name, e.g. {{ffn1: f16_w1}}")
+        c = Case(**{k: d[k] for k in Case.__dataclass_fields__ if k in d}, schemes=tuple(sorted(sch.items())))
         if c.name != path.stem:
             raise ValueError(f"{path}: name {c.name!r} must equal the file name {path.stem!r}")
         cases[c.name] = c

@@ -333,6 +333,22 @@ def test_ffn2_scheme_is_validated():
     assert prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1")[0]["F2H"] == 1
 
 
+def test_ffn1_scheme_case_reads_the_case_config():
+    """``ffn1_scheme: case`` (the default) takes the case config's ``schemes: {ffn1: ...}``, bf16x3 where it names
+    none; an explicit scheme wins over the case's; a bad name in either is refused with the choices."""
+    import dataclasses
+    plain = load_case("smoke1")
+    two = dataclasses.replace(plain, schemes=(("ffn1", "f16_w1"),))
+    assert prepare_meta(plain, n_sm=132, ffn1_scheme="case")[0]["F1H"] == 0
+    meta, _, info = prepare_meta(two, n_sm=132, ffn1_scheme="case")
+    assert meta["F1H"] == 1 and info["ffn1_scheme"] == "f16_w1"
+    assert prepare_meta(two, n_sm=132, ffn1_scheme="bf16x3")[0]["F1H"] == 0
+    with pytest.raises(ValueError, match="from the case config"):
+        prepare_meta(dataclasses.replace(plain, schemes=(("ffn1", "fp8"),)), n_sm=132, ffn1_scheme="case")
+    with pytest.raises(ValueError, match="the GEMMs are"):
+        dataclasses.replace(plain, schemes=(("ffn3", "f16_w1"),))
+
+
 def test_occupancy_limit_used_for_co_residency():
     """ctas_per_sm > 1 trusts this arithmetic (H100/H200 limits): 255 regs x 4 warps -> 2 CTAs/SM;
     168 regs -> 3; 128 KiB of shared memory -> 1; 8 warps of 255 regs -> 1."""
