@@ -347,6 +347,12 @@ def test_ffn1_scheme_case_reads_the_case_config():
         prepare_meta(dataclasses.replace(plain, schemes=(("ffn1", "fp8"),)), n_sm=132, ffn1_scheme="case")
     with pytest.raises(ValueError, match="the GEMMs are"):
         dataclasses.replace(plain, schemes=(("ffn3", "f16_w1"),))
+    # where the configuration cannot run the case's f16_w1 (ln_fold), the case's preference gives way to bf16x3;
+    # asked for explicitly, it is refused
+    meta, _, info = prepare_meta(two, n_sm=132, ffn1_scheme="case", attn_oproj=True, ffn_fused=True, ln_fold=True)
+    assert meta["F1H"] == 0 and info["ffn1_scheme"] == "bf16x3" and "ffn1_scheme_note" in info
+    with pytest.raises(ValueError, match="ffn1_scheme=bf16x3"):
+        prepare_meta(two, n_sm=132, ffn1_scheme="f16_w1", attn_oproj=True, ffn_fused=True, ln_fold=True)
 
 
 def test_occupancy_limit_used_for_co_residency():

@@ -339,6 +339,9 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         raise ValueError(f"seqres: ffn1_scheme={o['ffn1_scheme']!r}: bf16x3 (three bf16 products), f16_w1 (A split "
                          "into fp16 hi/lo, W1 rounded to fp16 once: two products) or case (the case config's "
                          f"schemes.ffn1, else bf16x3){' (from the case config)' if f1_case else ''}")
+    if f1h and (not flat or lnf) and f1_case:  # the case's preference; bf16x3 is the more accurate scheme
+        info["ffn1_scheme_note"] = "the case's ffn1_scheme f16_w1 needs gemm_loop flat or nested without ln_fold: bf16x3 here"
+        info["ffn1_scheme"], f1h = "bf16x3", 0
     if f1h and (not flat or lnf):  # (ln_fold writes LN2's split from the attention phase, in bf16)
         raise ValueError("seqres: ffn1_scheme=f16_w1 needs gemm_loop flat or nested without ln_fold; set "
                          "ffn1_scheme=bf16x3")
