@@ -330,21 +330,21 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     if f2h and not flat:  # (the tiled loop splits its operands per K step in bf16)
         info["ffn2_scheme_note"] = "ffn2_scheme=f16_w1 applies to gemm_loop flat or nested: bf16x3 here"
         f2h = 0
-    f1_case = o["ffn1_scheme"] == "case"
-    if f1_case:  # the case config's choice (its ``schemes: {ffn1: ...}``), else bf16x3
-        o["ffn1_scheme"] = case.scheme("ffn1", "bf16x3")
-    info["ffn1_scheme"] = o["ffn1_scheme"]
-    f1h = {"bf16x3": 0, "f16_w1": 1}.get(o["ffn1_scheme"], -1)
+    f1_case = o["ffn1_scheme"] == "case"  # the case config's choice (its ``schemes: {ffn1: ...}``), else bf16x3
+    f1 = case.scheme("ffn1", "bf16x3") if f1_case else o["ffn1_scheme"]
+    f1h = {"bf16x3": 0, "f16_w1": 1}.get(f1, -1)
     if f1h < 0:
-        raise ValueError(f"seqres: ffn1_scheme={o['ffn1_scheme']!r}: bf16x3 (three bf16 products), f16_w1 (A split "
-                         "into fp16 hi/lo, W1 rounded to fp16 once: two products) or case (the case config's "
-                         f"schemes.ffn1, else bf16x3){' (from the case config)' if f1_case else ''}")
-    if f1h and (not flat or lnf) and f1_case:  # the case's preference; bf16x3 is the more accurate scheme
-        info["ffn1_scheme_note"] = "the case's ffn1_scheme f16_w1 needs gemm_loop flat or nested without ln_fold: bf16x3 here"
-        info["ffn1_scheme"], f1h = "bf16x3", 0
+        raise ValueError(f"seqres: ffn1_scheme={f1!r}: bf16x3 (three bf16 products), f16_w1 (A split into fp16 "
+                         "hi/lo, W1 rounded to fp16 once: two products) or case (the case config's schemes.ffn1, "
+                         f"else bf16x3){' (from the case config)' if f1_case else ''}")
     if f1h and (not flat or lnf):  # (ln_fold writes LN2's split from the attention phase, in bf16)
-        raise ValueError("seqres: ffn1_scheme=f16_w1 needs gemm_loop flat or nested without ln_fold; set "
-                         "ffn1_scheme=bf16x3")
+        if not f1_case:
+            raise ValueError("seqres: ffn1_scheme=f16_w1 needs gemm_loop flat or nested without ln_fold; set "
+                             "ffn1_scheme=bf16x3")
+        # the case's preference gives way: bf16x3 is the more accurate scheme
+        info["ffn1_scheme_note"] = "the case's ffn1_scheme f16_w1 needs gemm_loop flat or nested without ln_fold: bf16x3 here"
+        f1, f1h = "bf16x3", 0
+    info["ffn1_scheme"] = f1
     wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
     if wch < 0:
         raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "

@@ -31,7 +31,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..cases import load_case
+from ..cases import SCHEME_GEMMS, load_case
 from ..gate import gate
 from ..reference import LN_EPS, reference_forward
 from ..weights import make_input, make_weights
@@ -93,7 +93,7 @@ def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold: bool) -> torch.Tensor:
     return rstd * matmul(y.float().double(), w_f, scheme) - (rstd * mean) * s + c
 
 
-GEMMS = ("qkv", "o", "ffn1", "ffn2")
+GEMMS = SCHEME_GEMMS  # the linear GEMMs a case config can name in ``schemes``
 
 
 def forward(x, flat, H: int, causal: bool, scheme: str, attn_scheme: str, ln_fold: bool = False,
