@@ -19,6 +19,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/tune.smk"
 include: "workflow/rules/correctness.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/ncu.smk"

@@ -22,24 +22,47 @@ for _fam in FAMILIES:
     except Exception as e:  # a broken family must not take the peers down with it; it is reported instead
         IMPORT_ERRORS[_fam] = f"{type(e).__name__}: {e}"
 
-DEFAULT_ROUTE = {"seqres": "seqres", "dag": "dag", "hybrid": "hybrid"}
+def _auto_defaults() -> dict:
+    """``config/variant/auto.yaml``'s params: the one source of ``auto``'s route (family -> variant)."""
+    import yaml
+
+    from .cases import config_dir
+    with open(config_dir() / "variant" / "auto.yaml") as f:
+        return dict(yaml.safe_load(f)["params"])
+
+
+DEFAULT_ROUTE = dict(_auto_defaults()["route"])
 
 
 @dataclass
 class AutoPrepared:
     variant: Variant
     inner: Any
+    case: Case = None
+    params: dict = None   # the routed variant's parameters
 
 
-def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, **per_variant) -> AutoPrepared:
-    """Route ``case.family`` to a variant (``route`` maps family -> variant name); ``per_variant[name]``
-    holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra)."""
+def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, tune: str | None = None,
+                  tuned_file: str | None = None, search_space: str | None = None, **per_variant) -> AutoPrepared:
+    """Route ``case.family`` to a variant (``route`` maps family -> variant name; default: auto.yaml's);
+    ``per_variant[name]`` holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra).
+    ``tune``, ``tuned_file`` and ``search_space`` (``kernels/tuning.py``), where given, reach the routed family."""
     name = dict(DEFAULT_ROUTE, **(route or {}))[case.family]
     if name not in list_variants():
         why = IMPORT_ERRORS.get(name, "not registered")
         raise Unsupported(f"auto routes family {case.family!r} to {name!r}: {why}")
     v = get_variant(name)
-    return AutoPrepared(v, v.prepare(case, weights, **dict(per_variant.get(name) or {})))
+    params = dict(per_variant.get(name) or {})
+    given = (("tune", tune), ("tuned_file", tuned_file), ("search_space", search_space))
+    params.update({k: val for k, val in given if val is not None})
+    return AutoPrepared(v, v.prepare(case, weights, **params), case, params)
+
+
+def _rebind_auto(p: AutoPrepared, weights: Weights) -> AutoPrepared:
+    """The routed variant's configuration with other weights (``Variant.rebind``)."""
+    v = p.variant
+    inner = v.rebind(p.inner, weights) if v.rebind is not None else v.prepare(p.case, weights, **p.params)
+    return AutoPrepared(v, inner, p.case, p.params)
 
 
 def _run_auto(p: AutoPrepared, x: torch.Tensor) -> torch.Tensor:
@@ -50,9 +73,9 @@ def _alternates_auto(p: AutoPrepared, weights: Weights) -> list:
     """The routed variant's alternates (``Variant.alternates``), each wrapped for ``_run_auto``."""
     if p.variant.alternates is None:
         return []
-    return [(label, lambda make=make: AutoPrepared(p.variant, make()))
+    return [(label, lambda make=make: AutoPrepared(p.variant, make(), p.case, p.params))
             for label, make in p.variant.alternates(p.inner, weights)]
 
 
-register(Variant("auto", _prepare_auto, _run_auto, kind="ours", alternates=_alternates_auto,
+register(Variant("auto", _prepare_auto, _run_auto, kind="ours", alternates=_alternates_auto, rebind=_rebind_auto,
                  description="per-case dispatch to the family that SPEC §3 names", families=FAMILIES))

@@ -33,6 +33,10 @@ class Variant:
     # autotuned; ``make()`` prepares one on its own. The correctness stage gates every one, so whichever one
     # another job's autotuning picks (timing, Nsight Compute, another GPU type) has passed the gate in the run.
     alternates: Callable[[Any, Weights], list] | None = None
+    # (prepared, weights) -> prepared: the same configuration ``prepare`` chose, with other weights (the margin
+    # check's other weight seeds must test the configuration that was gated and timed, not a new autotuning
+    # choice). None: ``prepare(case, weights, **params)`` again.
+    rebind: Callable[[Any, Weights], Any] | None = None
 
 
 _REGISTRY: dict[str, Variant] = {}

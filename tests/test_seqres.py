@@ -876,21 +876,16 @@ def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():
     assert lp["step_path"] == 3 + 2  # head..@P0 BRA (3), then 0x140..loop end (2)
 
 
-def test_pick_candidate_keeps_the_given_parameters_on_a_near_tie():
-    from kernels.seqres.host import pick_candidate
-    assert pick_candidate([1.00, 0.98, 1.2], 0.03) == 0   # 2% faster: within the margin, keep candidate 0
-    assert pick_candidate([1.00, 0.96, 0.95], 0.03) == 2  # the fastest, 5% faster
-    assert pick_candidate([0.90, 0.95], 0.03) == 0
-    assert pick_candidate([1.0], 0.0) == 0
-
-
-def test_tune_is_validated_and_skipped_off_gpu():
-    """``tune`` candidates are timed only on CUDA; the interpreter prepares the parameters as given, and the
-    check_gpu expansion lists the base then each override."""
-    from kernels.seqres.host import tune_candidates
-    c = tune_candidates({"a": 1, "tune": [{"a": 2}, {"b": 3}]})
-    assert c == [({}, {"a": 1, "tune": []}), ({"a": 2}, {"a": 2, "tune": []}), ({"b": 3}, {"a": 1, "b": 3, "tune": []})]
-    assert tune_candidates({"a": 1, "tune": []}) == [({}, {"a": 1, "tune": []})]
+def test_search_candidates_are_the_search_space_on_top_of_the_given_parameters():
+    """``tune=search`` tries the parameters as given, then each candidate of config/search/seqres.yaml on top
+    (every set prepared with ``tune: off``)."""
+    from kernels import tuning
+    from kernels.seqres.host import DEFAULTS, tune_candidates
+    space = tuning.search_space("seqres")
+    c = tune_candidates({"a": 1, "tune": "search", "tuned_file": "x"})
+    assert c[0] == ({}, {"a": 1, "tune": "off"}) and len(c) == 1 + len(space)
+    assert all(full == dict({"a": 1, "tune": "off"}, **over) for over, full in c[1:])
+    assert all(set(o) <= set(DEFAULTS) for o in space), "a search candidate names an unknown parameter"
 
 
 def test_check_gpu_sweep_entries_use_known_parameters():

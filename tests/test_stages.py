@@ -50,7 +50,7 @@ def _run_cli(*args, cwd=REPO):
     (["case=case99"], "Available options in 'case'"),
     (["variant=fastest"], "Available options in 'variant'"),
     (["gpu=a100"], "Available options in 'gpu'"),
-    (["stage=train"], "valid: correctness, timing, ncu"),
+    (["stage=train"], "valid: tune, correctness, timing, ncu"),
     (["variant.params.num_warps=4"], "Key 'num_warps' is not in struct"),
     (["case=[oops"], "no viable alternative"),
     (["case=case07", "gpu=cpu"], "gpu=cpu runs smoke cases only"),

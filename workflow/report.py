@@ -147,11 +147,18 @@ def _status(d: dict | None) -> str:
 
 
 def gate_verdict(d: dict | None) -> str:
-    """pass | fail | oom | unsupported | error | missing, from a correctness JSON."""
+    """pass | fail | oom | unsupported | error | missing, from a correctness JSON (``passed`` includes the
+    margin check where it ran: a variant whose margin check fails is failing)."""
     s = _status(d)
     if s != "ok":
         return s
     return "pass" if d.get("passed") else "fail"
+
+
+def margin_of(d: dict | None) -> dict:
+    """The margin check of a correctness JSON (SPEC §4), {} where it did not run."""
+    m = (d or {}).get("margin") or {}
+    return m if m.get("passed") is not None else {}
 
 
 def binding_ceiling(ai: float, ceilings: dict) -> tuple[str, float]:
@@ -171,6 +178,7 @@ def build_summary(res: Results, info: dict[str, dict], ceilings: dict) -> pd.Dat
             vi = info.get(v, {"kind": "ours", "gated_peer": False})
             gate = gate_verdict(cd)
             worst = (cd or {}).get("worst") or {}
+            margin = margin_of(cd)
             t_status = _status(td)
             post = (td or {}).get("passed_post_check")
             timed = t_status == "ok" and td.get("median_ms") is not None
@@ -178,6 +186,8 @@ def build_summary(res: Results, info: dict[str, dict], ceilings: dict) -> pd.Dat
                 "case": c, "variant": v, "kind": vi.get("kind"), "gated_peer": bool(vi.get("gated_peer")),
                 "gate": gate, "worst_scale": worst.get("scale"), "worst_seed": worst.get("seed"),
                 "worst_max_abs": worst.get("max_abs"), "worst_over_tol": worst.get("max_over_tol"),
+                "margin_over_tol": margin.get("max_over_tol"), "margin_p99": margin.get("p99_over_tol"),
+                "margin_inputs": margin.get("n_inputs"),
                 "timing_status": t_status, "post_check": post,
                 "median_ms": td.get("median_ms") if timed else None,
                 "p20_ms": td.get("p20_ms") if timed else None,
@@ -193,9 +203,17 @@ def build_summary(res: Results, info: dict[str, dict], ceilings: dict) -> pd.Dat
                     reasons.append(f"missing {stage} result")
                 elif _status(d) != "ok":
                     reasons.append(f"{stage} {_status(d)}: {str(d.get('reason', ''))[:160]}")
-            if gate == "fail":
+            gate_only = (cd or {}).get("gate_passed", None)
+            if gate == "fail" and margin and not margin.get("passed") and gate_only is not False:
+                mw = margin.get("worst") or {}
+                reasons.append(f"margin check failed: worst {_fmt(margin.get('max_over_tol'))} x tolerance > "
+                               f"{_fmt(margin.get('bound'))} over {margin.get('n_inputs')} inputs (scale "
+                               f"{mw.get('scale')}, input seed {mw.get('input_seed')}, weight seed {mw.get('weight_seed')})")
+            elif gate == "fail":
                 reasons.append(f"gate failed at scale {worst.get('scale')} seed {worst.get('seed')} "
                                f"(max error {_fmt(worst.get('max_over_tol'))} x tolerance)")
+            elif gate == "pass" and vi.get("kind") == "ours" and not margin:
+                reasons.append("margin check not run (SPEC §4)")
             if post is False:
                 reasons.append("timed output failed the post-timing check")
             if timed:
@@ -244,7 +262,8 @@ def build_summary(res: Results, info: dict[str, dict], ceilings: dict) -> pd.Dat
             df.loc[idx, f"baseline_{col}_ms"] = ms
     for col in COMPARISONS:
         df[f"speedup_vs_{col}"] = df[f"baseline_{col}_ms"].astype(float) / df["median_ms"].astype(float)
-    lead = ["case", "variant", "kind", "gate", "worst_scale", "worst_seed", "worst_over_tol", "median_ms",
+    lead = ["case", "variant", "kind", "gate", "worst_scale", "worst_seed", "worst_over_tol", "margin_over_tol",
+            "median_ms",
             "p20_ms", "p80_ms", "speedup_vs_eager", "speedup_vs_compile_default", "speedup_vs_best_compile",
             "baseline_best_compile", "speedup_vs_best_peer", "baseline_best_peer", "anchor_ratio", "tflops",
             "gbps", "intensity", "ceiling", "pct_of_ceiling", "usable"]
@@ -302,7 +321,9 @@ def headline(df: pd.DataFrame, res: Results, variant: str = HEADLINE_VARIANT) ->
         out["cases"][col] = used
     for r in mine.itertuples():  # auto itself not usable: excluded from every comparison
         if not r.usable:
-            if r.gate == "fail":
+            if r.gate == "fail" and str(r.note).startswith("margin check failed"):
+                why = f"{variant}: {r.note.split(';')[0]}"
+            elif r.gate == "fail":
                 why = f"gate failed ({variant} worst at scale {r.worst_scale} seed {r.worst_seed}, " \
                       f"{_fmt(r.worst_over_tol)} x tolerance)"
             elif r.gate == "missing" or r.timing_status == "missing":
@@ -521,7 +542,7 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-SUMMARY_VIEW = ["case", "variant", "gate", "worst_scale", "worst_seed", "worst_over_tol", "median_ms",
+SUMMARY_VIEW = ["case", "variant", "gate", "worst_scale", "worst_seed", "worst_over_tol", "margin_over_tol", "median_ms",
                 "speedup_vs_eager", "speedup_vs_compile_default", "speedup_vs_best_compile",
                 "speedup_vs_best_peer", "anchor_ratio", "tflops", "gbps", "ceiling", "pct_of_ceiling", "note"]
 
@@ -572,6 +593,9 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
     if len(missing):
         md += [f"### Missing results ({len(missing)})", "", md_table(missing)]
     md += ["## Per case x variant", "", md_table(df, SUMMARY_VIEW) if len(df) else "_(none)_\n",
+           "`worst_over_tol` is the gate's worst error over its tolerance (7 scales x seeds); `margin_over_tol` the "
+           "worst over the margin check's unseen inputs and weight seeds (SPEC §4: at most 0.9; `-` where it did not "
+           "run: peers, or older results). "
            "Speedups are baseline median / this median on the same GPU type; `best_compile` / `best_peer` "
            "count only gated peers that pass the gate (correctness JSON) and were timed. `pct_of_ceiling` is "
            "TFLOP/s over the binding roof min(AI x HBM, max(fp32, bf16/3)).", "",

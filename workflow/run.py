@@ -1,4 +1,4 @@
-"""The one job entry: ``python -m workflow.run stage=<correctness|timing|ncu> case=<name> variant=<name>
+"""The one job entry: ``python -m workflow.run stage=<tune|correctness|timing|ncu> case=<name> variant=<name>
 gpu=<type> [out=<path>] [any Hydra override]``.
 
 Composes the config, runs one stage for one case x variant in this process, and writes the stage's
@@ -19,8 +19,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-STAGES = ("correctness", "timing", "ncu")
+STAGES = ("tune", "correctness", "timing", "ncu")
 SCHEMA = {"correctness": "mkh.correctness/1", "timing": "mkh.timing/1", "ncu": "mkh.ncu/1"}
+TUNED_FAMILIES = ("auto", "seqres", "hybrid", "dag")  # variants that take tune / tuned_file
 
 
 @dataclass
@@ -41,7 +42,9 @@ def result_path(cfg: DictConfig) -> Path:
     root = Path(cfg.output_root)
     if cfg.tag:
         root = root / "tag" / str(cfg.tag)
-    return root / cfg.stage / cfg.gpu.name / cfg.case.name / f"{cfg.variant.name}.json"
+    ext = "yaml" if cfg.stage == "tune" else "json"
+    stage = "tuned" if cfg.stage == "tune" else cfg.stage
+    return root / stage / cfg.gpu.name / cfg.case.name / f"{cfg.variant.name}.{ext}"
 
 
 def validate(cfg: DictConfig) -> None:
@@ -52,6 +55,9 @@ def validate(cfg: DictConfig) -> None:
                          "(case=smoke1|smoke2|smoke3). Use a GPU type (gpu=local|h200|...) for it.")
     if cfg.stage == "ncu" and cfg.gpu.device != "cuda":
         raise SystemExit("error: the ncu stage needs a CUDA GPU (gpu=local|h200|h100_96|...), not gpu=cpu")
+    if cfg.stage == "tune" and cfg.variant.impl not in TUNED_FAMILIES:
+        raise SystemExit(f"error: the tune stage is for our kernel families ({', '.join(TUNED_FAMILIES)}), not "
+                         f"variant {cfg.variant.name!r}")
 
 
 def header(cfg: DictConfig) -> dict:
@@ -60,11 +66,46 @@ def header(cfg: DictConfig) -> dict:
             "tag": cfg.tag or "", "params": OmegaConf.to_container(cfg.variant.params, resolve=True)}
 
 
+def tune_job(cfg: DictConfig) -> dict:
+    """The tune stage (``workflow/stages/tune.py``): committed -> copy the GPU type's tuned file; search -> search
+    on this GPU. Writes ``result_path(cfg)`` (YAML) atomically; a failure writes nothing and exits non-zero."""
+    from kernels import Unsupported, get_variant, load_case, make_weights
+    from .stages import tune
+    from .stages.common import log, resolve_device
+    mode = cfg.variant.params.get("tune", "committed")
+    case = load_case(cfg.case.name)
+    out_path = result_path(cfg)
+    log(f"tune ({mode}): {case.name} x {cfg.variant.name} on {cfg.gpu.name} -> {out_path}")
+    if mode == "search":
+        device = resolve_device(cfg.gpu.device)
+        weights = make_weights(case, device=device)
+        params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}
+        try:
+            prepared = get_variant(cfg.variant.impl).prepare(case, weights, **params)
+        except Unsupported as e:
+            blocks, header = {}, f"{case.name}: {cfg.variant.name} does not run this case ({e})"
+        else:
+            blocks, header = tune.search(JobContext(cfg, case, weights, None, cfg.variant.impl, prepared, device))
+    elif mode == "committed":
+        device = resolve_device(cfg.gpu.device) if cfg.gpu.name == "local" else None
+        try:
+            blocks, header = tune.committed(cfg, case, device)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
+    else:
+        blocks, header = {}, f"{case.name}: tune=off: the parameters as given"
+    tune.write(out_path, blocks, header)
+    log(f"wrote {out_path}")
+    return {"blocks": blocks, "header": header}
+
+
 def run_job(cfg: DictConfig) -> dict:
     """Run the configured stage; returns the result record (also written to ``result_path(cfg)``)."""
     validate(cfg)
     if cfg.gpu.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of triton kernels
+    if cfg.stage == "tune":
+        return tune_job(cfg)
     import torch
     from kernels import Unsupported, get_variant, load_case, make_weights
     from .stages import correctness, timing

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..cases import Case
+from .. import tuning
+from ..cases import Case, config_dir
 from ..reference import LN_EPS, fp32_matmul
 from ..registry import Unsupported
 from ..weights import Weights
@@ -61,6 +62,7 @@ class Prepared:
     act_block_n: int
     ln_warps: int | None
     info: dict[str, Any] = field(default_factory=dict)
+    graph: Any = None      # (torch.cuda.CUDAGraph, static input [B, S, D], static output [B, S, D]) when captured
 
 
 def _gemm_per_op(gemm) -> dict[str, str]:
@@ -107,16 +109,91 @@ def per_head_dim(value, dh: int) -> int:
     raise ValueError(f"no entry for head dim {dh} (nor 'default') in {value}")
 
 
-def prepare(case: Case, weights: Weights, gemm="bf16x3", attention="triton", qk_prec: str = "bf16x3",
-            pv_prec: str = "bf16x3", overrides: dict | None = None, attn_block_m=128,
-            attn_block_n=64, attn_warps=8, attn_stages=2, qkv_block_s: int | None = None,
-            act_block_n: int = 1024, ln_warps: int | None = None) -> Prepared:
-    """One-time: weight hi/lo splits in each GEMM scheme's layout, per-layer precision plan."""
+def _yaml_defaults() -> dict:
+    """The parameters of ``config/variant/hybrid.yaml``: the one place defaults live."""
+    import yaml
+    with open(config_dir() / "variant" / "hybrid.yaml") as f:
+        return dict(yaml.safe_load(f)["params"])
+
+
+DEFAULTS = _yaml_defaults()
+
+
+def prepare(case: Case, weights: Weights, **params) -> Prepared:
+    """One-time: weight hi/lo splits in each GEMM scheme's layout, per-layer precision plan, and (CUDA, where
+    ``cuda_graph`` says so) the forward captured in a CUDA graph. ``tune`` (``kernels/tuning.py``):
+    ``committed`` reads this GPU's tuned file for the case, ``search`` times ``config/search/hybrid.yaml``'s
+    candidates and keeps the fastest, ``off`` runs the parameters as given."""
+    unknown = sorted(set(params) - set(DEFAULTS))
+    if unknown:
+        raise TypeError(f"hybrid: unknown parameters {unknown}; valid: {sorted(DEFAULTS)}")
+    mode, params, tinfo = tuning.resolve("hybrid", case, weights.device, params, DEFAULTS)
+    full = {k: v for k, v in dict(DEFAULTS, **params).items()
+            if k not in ("tune", "tuned_file", "tune_margin", "search_space")}
+    if mode == "search" and weights.device.type == "cuda":
+        p, info, _ = tuning.search(lambda **f: prepare_one(case, weights, **f), _time_forward(case, weights.device),
+                                   full, tuning.search_space("hybrid", tinfo.get("search_space")),
+                                   float(params.get("tune_margin", DEFAULTS["tune_margin"])),
+                                   set(DEFAULTS))
+        p.info["tune"] = info
+    else:
+        p = prepare_one(case, weights, **full)
+    if mode == "committed":
+        p.info["tuned"] = tinfo
+    return p
+
+
+def rebind(p: Prepared, weights: Weights) -> Prepared:
+    """The configuration ``p`` runs, prepared with other weights (``Variant.rebind``)."""
+    return prepare_one(p.case, weights, **p.info["params"])
+
+
+def _time_forward(case: Case, dev):
+    """``time_one`` for ``tuning.search``: one forward after an L2 flush, CUDA events around it (ms)."""
+    x = torch.randn(case.B, case.S, case.D, device=dev, dtype=torch.float32)
+    flush = torch.empty(64 * 2**20, device=dev, dtype=torch.int32)
+    warm = set()
+
+    def time_one(p: Prepared) -> float:
+        if id(p) not in warm:
+            run(p, x)
+            warm.add(id(p))
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run(p, x)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    return time_one
+
+
+def use_graph(case: Case, cuda_graph, graph_max_elements: int) -> bool:
+    """``cuda_graph``: true | false | auto (capture when the activations, B*S*D, are at most
+    ``graph_max_elements``: the launch-bound cases; the long ones gain nothing and would hold a private pool)."""
+    if cuda_graph == "auto":
+        return case.B * case.S * case.D <= int(graph_max_elements)
+    if not isinstance(cuda_graph, bool):
+        raise ValueError(f"hybrid: cuda_graph={cuda_graph!r}: valid true, false, auto")
+    return cuda_graph
+
+
+def prepare_one(case: Case, weights: Weights, gemm="bf16x3", attention="triton", qk_prec: str = "bf16x3",
+                pv_prec: str = "bf16x3", overrides: dict | None = None, attn_block_m=128,
+                attn_block_n=64, attn_warps=8, attn_stages=2, qkv_block_s: int | None = None,
+                act_block_n: int = 1024, ln_warps: int | None = None, cuda_graph="auto",
+                graph_max_elements: int = 1 << 22) -> Prepared:
+    """``prepare`` for one parameter set."""
+    given = dict(gemm=gemm, attention=attention, qk_prec=qk_prec, pv_prec=pv_prec, overrides=overrides,
+                 attn_block_m=attn_block_m, attn_block_n=attn_block_n, attn_warps=attn_warps,
+                 attn_stages=attn_stages, qkv_block_s=qkv_block_s, act_block_n=act_block_n, ln_warps=ln_warps,
+                 cuda_graph=cuda_graph, graph_max_elements=graph_max_elements)
     dev = weights.device
     if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise Unsupported("hybrid on the CPU needs the Triton interpreter (TRITON_INTERPRET=1)")
     if dev.type == "cuda" and not hasattr(torch.ops.aten.mm, "dtype"):
         raise Unsupported("torch.mm(..., out_dtype=) is missing: torch >= 2.9 needed for bf16x3 GEMMs")
+    graph = use_graph(case, cuda_graph, graph_max_elements)
     settings = layer_settings(case.L, dict(gemm=gemm, attention=attention, qk_prec=qk_prec,
                                            pv_prec=pv_prec), overrides)
     dh = case.dh
@@ -133,9 +210,36 @@ def prepare(case: Case, weights: Weights, gemm="bf16x3", attention="triton", qk_
             ln2=(lw.ln2_w.contiguous(), lw.ln2_b.contiguous())))
     attn_cfg = {k: per_head_dim(v, dh) for k, v in dict(
         block_m=attn_block_m, block_n=attn_block_n, num_warps=attn_warps, num_stages=attn_stages).items()}
-    info = {"layers": [{k: s[k] for k in LAYER_KEYS} for s in settings], "attn_cfg": attn_cfg}
-    return Prepared(case, layers, (weights.lnf_w.contiguous(), weights.lnf_b.contiguous()), attn_cfg,
-                    qkv_block_s, act_block_n, ln_warps, info)
+    info = {"layers": [{k: s[k] for k in LAYER_KEYS} for s in settings], "attn_cfg": attn_cfg,
+            "cuda_graph": bool(graph and dev.type == "cuda"), "params": given}
+    p = Prepared(case, layers, (weights.lnf_w.contiguous(), weights.lnf_b.contiguous()), attn_cfg,
+                 qkv_block_s, act_block_n, ln_warps, info)
+    if graph and dev.type == "cuda":
+        p.graph = capture(p)
+        info["graph_pool_bytes"] = p.graph[3]
+    return p
+
+
+def capture(p: Prepared) -> tuple:
+    """The forward captured in a CUDA graph on a static input buffer: (graph, static x, static y, bytes the
+    capture's private memory pool took). Two eager forwards on a side stream first (Triton's first launch
+    compiles and loads modules, which a capture may not do)."""
+    c = p.case
+    dev = p.lnf[0].device
+    sx = torch.randn(c.B, c.S, c.D, device=dev, dtype=torch.float32)
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward(p, sx)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    torch.cuda.synchronize(dev)
+    before = torch.cuda.memory_reserved(dev)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        sy = forward(p, sx)
+    torch.cuda.synchronize(dev)
+    return g, sx, sy, torch.cuda.memory_reserved(dev) - before
 
 
 def _attend(p: Prepared, lp: LayerPlan, qkv: torch.Tensor, split_out: bool) -> torch.Tensor:
@@ -156,10 +260,23 @@ def _attend(p: Prepared, lp: LayerPlan, qkv: torch.Tensor, split_out: bool) -> t
 
 
 def run(p: Prepared, x: torch.Tensor) -> torch.Tensor:
-    """x: [B, S, D] fp32 -> y: [B, S, D] fp32 (fresh tensor; x is never written)."""
+    """x: [B, S, D] fp32 -> y: [B, S, D] fp32 (fresh tensor; x is never written). With a captured graph: x is
+    copied into the graph's input buffer, the graph replayed, and its output copied out (two copies of B*S*D
+    floats: the price of a graph that owns its buffers)."""
     c = p.case
     assert x.shape == (c.B, c.S, c.D) and x.dtype == torch.float32, \
         f"x {tuple(x.shape)} {x.dtype} does not match case {c.name} ({c.B}, {c.S}, {c.D}) fp32"
+    if p.graph is not None:
+        g, sx, sy, _ = p.graph
+        sx.copy_(x)
+        g.replay()
+        return sy.clone()
+    return forward(p, x)
+
+
+def forward(p: Prepared, x: torch.Tensor) -> torch.Tensor:
+    """The layer loop of ``run`` (no graph): x: [B, S, D] fp32 -> y: [B, S, D] fp32."""
+    c = p.case
     M, D = c.B * c.S, c.D
     with torch.inference_mode():
         xc = x.reshape(M, D)

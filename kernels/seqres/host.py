@@ -15,6 +15,7 @@ import yaml
 
 from ..common.split import split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
+from .. import tuning
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
@@ -385,90 +386,78 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
 
 def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     """Lay the weights out for the kernel and fix the schedule (parameters: ``DEFAULTS``,
-    ``config/variant/seqres.yaml``). With ``tune`` (a list of parameter overrides; CUDA only) every
-    candidate — the parameters as given, then each override on top — is prepared and timed, and the fastest
-    is returned (``_prepare_tuned``); ``info["tune"]`` records the candidates, their times and the choice.
-    Without it (or under the interpreter) see ``prepare_one``."""
-    tune = params.get("tune", DEFAULTS.get("tune")) or []
-    if tune and weights.device.type == "cuda" and not interpreting():
-        return _prepare_tuned(case, weights, params)
-    return prepare_one(case, weights, **params)
+    ``config/variant/seqres.yaml``). ``tune`` (``kernels/tuning.py``): ``committed`` (default) takes this
+    GPU's tuned file for the case (``config/tuned/<gpu>/<case>.yaml``, or ``tuned_file``) and compiles one
+    configuration; ``search`` times the candidates of ``config/search/seqres.yaml`` on top of the parameters
+    given and keeps the fastest (CUDA only; ``info["tune"]`` records them); ``off`` runs the parameters as given.
+    ``info["params"]`` is the full parameter set prepared (``rebind`` prepares it again with other weights)."""
+    mode, params, tinfo = tuning.resolve("seqres", case, weights.device, params, DEFAULTS)
+    if mode == "search" and weights.device.type == "cuda" and not interpreting():
+        p = _prepare_search(case, weights, params, tinfo.get("search_space"))
+    else:
+        p = prepare_one(case, weights, **params)
+    if mode == "committed":
+        p.info["tuned"] = tinfo
+    return p
 
 
-def pick_candidate(median_ms: list, margin: float) -> int:
-    """Index of the candidate to keep: the fastest, unless it beats candidate 0 (the parameters as given) by
-    less than ``margin`` (a fraction) — then 0, so a near tie does not flip the choice from run to run."""
-    best = min(range(len(median_ms)), key=median_ms.__getitem__)
-    if best != 0 and median_ms[best] > median_ms[0] * (1.0 - margin):
-        return 0
-    return best
+def tune_candidates(params: dict, space=None) -> list[tuple[dict, dict]]:
+    """(override, full parameter set) of each candidate ``tune=search`` tries for ``params``: the parameters as
+    given, then each candidate of the search space (``space``: ``tuning.search_space``) on top (every set with
+    ``tune: off``)."""
+    base = {k: v for k, v in params.items() if k not in ("tuned_file", "search_space")}
+    base["tune"] = "off"
+    return [(dict(o), dict(base, **o)) for o in [{}] + tuning.search_space("seqres", space)]
 
 
-def tune_candidates(params: dict) -> list[tuple[dict, dict]]:
-    """(override, full parameter set) of each candidate ``prepare`` tries for ``params``: the parameters as
-    given, then each ``tune`` override on top (every set with ``tune: []``)."""
-    base = dict(params, tune=[])
-    return [(dict(o), dict(base, **o)) for o in [{}] + list(params.get("tune", DEFAULTS.get("tune")) or [])]
-
-
-def _prepare_tuned(case: Case, weights: Weights, params: dict) -> SeqresPrepared:
-    """Prepare every candidate, time each (CUDA events around single launches after an L2 flush, rounds
-    interleaved across candidates, median per candidate) and keep ``pick_candidate``'s choice. Candidates
-    that the case does not support (``Unsupported``, ``ValueError``, or a kernel that does not fit:
-    ``OutOfResources``) are skipped and recorded; the first
-    (the parameters as given) must work. Untimed by SPEC §5 (prepare)."""
-    import statistics
-    margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
-    sets, preps, skipped = [], [], []
-    for i, (over, full) in enumerate(tune_candidates(params)):
-        unknown = set(over) - set(DEFAULTS)
-        if unknown:
-            raise TypeError(f"seqres: tune candidate {over} has unknown parameters {sorted(unknown)}")
-        try:
-            p = prepare_one(case, weights, **full)
-        except (Unsupported, ValueError, OutOfResources) as e:  # (a candidate that does not fit the GPU)
-            if i == 0:
-                raise
-            skipped.append({"params": over, "reason": str(e)[:300]})
-            continue
-        sets.append((over, full))
-        preps.append(p)
-    dev = weights.device
+def _time_launch(case: Case, dev):
+    """``time_one`` for ``tuning.search``: one launch after an L2 flush, CUDA events around it (ms)."""
     x = torch.randn(case.B, case.S, case.D, device=dev, dtype=torch.float32)
     y = torch.empty_like(x)
     flush = torch.empty(64 * 2**20, device=dev, dtype=torch.int32)  # 256 MB, more than L2
-    for p in preps:  # first launches (module load) outside the timing
-        run(p, x)
-    times = [[] for _ in preps]
-    for rnd in range(7):
-        order = range(len(preps)) if rnd % 2 == 0 else reversed(range(len(preps)))
-        for j in order:
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            launch(preps[j], x, y)
-            end.record()
-            end.synchronize()
-            times[j].append(start.elapsed_time(end))
-    med = [statistics.median(t) for t in times]
-    k = pick_candidate(med, margin)
-    chosen = preps[k]
-    overs = [over for over, _ in sets]
-    chosen.info["tune"] = {"candidates": overs, "median_ms": [round(m, 5) for m in med], "chosen": k,
-                           "chosen_params": overs[k], "margin": margin, "skipped": skipped}
+    warm = set()
+
+    def time_one(p: SeqresPrepared) -> float:
+        if id(p) not in warm:  # first launch (module load) outside the timing
+            run(p, x)
+            warm.add(id(p))
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch(p, x, y)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    return time_one
+
+
+def _prepare_search(case: Case, weights: Weights, params: dict, space=None) -> SeqresPrepared:
+    """``tune=search``: every candidate prepared and timed (``tuning.search``); candidates the case does not
+    support (``Unsupported``, ``ValueError``, or a kernel that does not fit: ``OutOfResources``) are skipped and
+    recorded. Untimed by SPEC §5 (prepare)."""
+    margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
+    cands = tune_candidates(params, space)
+    chosen, info, sets = tuning.search(
+        lambda **full: prepare_one(case, weights, **full), _time_launch(case, weights.device), cands[0][1],
+        [o for o, _ in cands[1:]], margin, set(DEFAULTS), skip=(Unsupported, ValueError, OutOfResources))
+    chosen.info["tune"] = info
     chosen.tune_sets = sets
-    del preps, flush
     torch.cuda.empty_cache()
     return chosen
 
 
 def alternates(p: SeqresPrepared, weights: Weights) -> list:
-    """The candidates ``tune`` timed but did not choose, as (label, make) with ``make()`` preparing one on its own
-    (``Variant.alternates``: the correctness stage gates them all, one at a time). Empty when ``p`` was not
-    autotuned. Labels: the candidate's overrides."""
+    """The candidates ``tune=search`` timed but did not choose, as (label, make) with ``make()`` preparing one on
+    its own (``Variant.alternates``: the correctness stage gates them all, one at a time). Empty when ``p`` was
+    not searched. Labels: the candidate's overrides."""
     chosen = (p.info.get("tune") or {}).get("chosen")
     return [(str(over), lambda full=full: prepare_one(p.case, weights, **full))
             for i, (over, full) in enumerate(p.tune_sets) if i != chosen]
+
+
+def rebind(p: SeqresPrepared, weights: Weights) -> SeqresPrepared:
+    """The configuration ``p`` runs, prepared with other weights (``Variant.rebind``: no new tuning choice)."""
+    return prepare_one(p.case, weights, **dict(p.info["params"], tune="off"))
 
 
 def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
@@ -574,6 +563,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
             p = make(meta, launch_opts, info)
         else:
             raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
+    p.info["params"] = {k: v for k, v in over.items() if k not in ("tune", "tuned_file", "search_space")}
     if dev.type == "cuda":  # launch the compiled kernel directly: Triton's per-call argument binding and
         p.kernel = compile_only(p)  # specialization key cost tens of µs of host time per call
         p.runner = p.kernel[(p.grid[0], 1, 1)]

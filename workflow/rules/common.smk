@@ -9,6 +9,9 @@
 #   ncu=true|false                        add / drop the ncu stage (default: the matrix's ncu_variants)
 #   overrides=[...]                       Hydra overrides for every job (results under outputs/tag/<tag>/)
 #   tag=<name>                            the tag of an override run (default: derived from the overrides)
+#   tune=committed|search|off             where our families' parameters come from (the tune stage): the committed
+#                                         config/tuned/<gpu>/<case>.yaml (default), a search on the timing GPU, or
+#                                         exactly the variant config's parameters
 
 import hashlib
 import json
@@ -25,6 +28,8 @@ from snakemake.exceptions import WorkflowError
 REPO = Path(workflow.basedir)
 CONFIG_DIR = REPO / "config"
 STAGES = ("correctness", "timing", "ncu")
+TUNE_MODES = ("committed", "search", "off")
+TUNED_IMPLS = ("auto", "seqres", "hybrid", "dag")  # variants whose jobs read the tune stage's file
 # Chosen by the workflow for every job; an override may not select them.
 RESERVED_KEYS = {"stage", "case", "variant", "gpu", "out", "tag", "output_root", "matrix"}
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -290,6 +295,10 @@ TAG = str(config.get("tag") or derive_tag(OVERRIDES))
 if TAG and not TAG_RE.match(TAG):
     raise WorkflowError(f"tag {TAG!r}: use letters, digits, '.', '_' and '-' (at most 64)")
 MATRIX = load_matrix(config)
+TUNE = str(config.get("tune", "committed"))
+if TUNE not in TUNE_MODES:
+    raise WorkflowError(f"tune={TUNE!r}: valid {', '.join(TUNE_MODES)} (committed: config/tuned/<gpu>/<case>.yaml; "
+                        "search: search on the timing GPU; off: the variant config's parameters as they are)")
 # what every job gets: the matrix's own job_overrides (part of its definition, no tag), then the user's
 JOB_OVERRIDES = MATRIX["job_overrides"] + OVERRIDES
 validate_overrides(JOB_OVERRIDES, MATRIX["variants"], MATRIX["cases"], MATRIX["stages"])
@@ -337,6 +346,32 @@ def result(stage: str, gpu: str, case: str, variant: str) -> str:
     return f"{RESULTS}{stage}/{gpu}/{case}/{variant}.json"
 
 
+def is_tuned(variant: str) -> bool:
+    return TUNE != "off" and VARIANTS.get(variant, {}).get("impl") in TUNED_IMPLS
+
+
+def tuned(gpu: str, case: str, variant: str) -> str:
+    return f"{RESULTS}tuned/{gpu}/{case}/{variant}.yaml"
+
+
+def tuned_input(wildcards) -> list[str]:
+    """The tune stage's file a job of ours reads: the *timing* GPU type's, so the correctness, timing and ncu
+    jobs of a case all run the configuration that is timed."""
+    if not is_tuned(wildcards.variant):
+        return []
+    return [tuned(MATRIX["stages"]["timing"], wildcards.case, wildcards.variant)]
+
+
+def tuned_override(wildcards, input) -> str:
+    """The Hydra override that points a job of ours at its tuned file (tune=off: run the parameters as given)."""
+    impl = VARIANTS.get(wildcards.variant, {}).get("impl")
+    if impl not in TUNED_IMPLS:
+        return ""
+    if TUNE == "off":
+        return shell_args(["variant.params.tune=off"])
+    return shell_args([f"variant.params.tuned_file={input.tuned[0]}"])
+
+
 def stage_results(stage: str, cases=None) -> list[str]:
     if stage == "ncu" and not MATRIX["ncu_variants"]:
         return []
@@ -366,9 +401,10 @@ def case_targets(case: str) -> list[str]:
 def job_command(stage: str) -> str:
     """The shell command of one stage job; wildcards/output/log are filled in by Snakemake."""
     tag = f" tag={shlex.quote(TAG)}" if TAG else ""
+    out = "{output.yaml:q}" if stage == "tune" else "{output.json:q}"
     return (f"{shlex.quote(sys.executable)} -m workflow.run stage={stage} case={{wildcards.case}} "
-            f"variant={{wildcards.variant}} gpu={{wildcards.gpu}} out={{output.json:q}}{tag} "
-            "{params.overrides} > {log:q} 2>&1")
+            f"variant={{wildcards.variant}} gpu={{wildcards.gpu}} out={out}{tag} "
+            "{params.overrides} {params.tuned} > {log:q} 2>&1")
 
 
 # ---------------------------------------------------------------- the report's inputs and arguments

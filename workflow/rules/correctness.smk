@@ -3,12 +3,15 @@
 
 
 rule correctness:
+    input:
+        tuned=tuned_input,
     output:
         json=f"{RESULTS}correctness/{{gpu}}/{{case}}/{{variant}}.json",
     log:
         f"{LOGS}correctness/{{gpu}}/{{case}}/{{variant}}.log",
     params:
         overrides=shell_args(JOB_OVERRIDES),
+        tuned=tuned_override,
     threads: job_threads
     # ready correctness jobs are scheduled before timing / ncu jobs: they fail fast, and where they run several
     # at a time (device_quick.sh) they fill the compile cache that the timing and ncu jobs, which run alone, reuse

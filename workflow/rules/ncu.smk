@@ -4,12 +4,15 @@
 
 
 rule ncu:
+    input:
+        tuned=tuned_input,
     output:
         json=f"{RESULTS}ncu/{{gpu}}/{{case}}/{{variant}}.json",
     log:
         f"{LOGS}ncu/{{gpu}}/{{case}}/{{variant}}.log",
     params:
         overrides=shell_args(JOB_OVERRIDES),
+        tuned=tuned_override,
     threads: job_threads
     conda:
         "../envs/pipeline.yaml"

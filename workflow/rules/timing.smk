@@ -3,12 +3,15 @@
 
 
 rule timing:
+    input:
+        tuned=tuned_input,
     output:
         json=f"{RESULTS}timing/{{gpu}}/{{case}}/{{variant}}.json",
     log:
         f"{LOGS}timing/{{gpu}}/{{case}}/{{variant}}.log",
     params:
         overrides=shell_args(JOB_OVERRIDES),
+        tuned=tuned_override,
     threads: job_threads
     conda:
         "../envs/pipeline.yaml"

@@ -1,5 +1,9 @@
 """Correctness stage: every scale x seed against the fp32 reference, with the guards of SPEC §4.
 
+Margin (SPEC §4, our variants by default: ``gate.margin``): where the gate passes, the worst error over hundreds of
+unseen inputs at the case's worst scale, and over inputs with other weight seeds, must stay at or below
+``gate.margin.bound`` x the tolerance; ``passed`` includes it (``gate_passed`` is the 7 scales x seeds alone).
+
 Guards (each is a field of the result, and any failure fails the variant):
   poisoned output   the allocator's free blocks are filled with NaN before each call, so an output the
                     variant forgot to write shows up as NaN
@@ -95,6 +99,99 @@ def check_variant(case, weights, variant, prepared, scales, seeds, atol, rtol, d
             "reason": "; ".join(problems)}
 
 
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def reference_batch(case, device, cap: int) -> int:
+    """How many inputs one reference call may stack along the batch (each sequence is independent, so the
+    stacked naive model is the same math): at most ``cap``, and 1 where the stacked scores would not fit."""
+    from dataclasses import replace
+
+    from kernels.reference import naive_fits
+    k = max(1, int(cap))
+    while k > 1 and not naive_fits(replace(case, B=case.B * k), device):
+        k //= 2
+    return k
+
+
+def _inputs_over_tol(case, weights, run, scale: float, input_seeds: list[int], atol, rtol, device,
+                     ref_batch: int, reference=None) -> list[tuple[int, dict]]:
+    """(input seed, gate dict) per input: ``run(x)`` against the fp32 reference, references stacked
+    ``ref_batch`` inputs at a time (the reference runs once per input)."""
+    from kernels import gate, make_input, reference_forward
+    reference = reference or reference_forward
+    out = []
+    for i in range(0, len(input_seeds), ref_batch):
+        seeds = input_seeds[i:i + ref_batch]
+        xs = [make_input(case, scale, s, device=device) for s in seeds]
+        refs = reference(case, weights, torch.cat(xs)).split(case.B) if len(xs) > 1 else \
+            [reference(case, weights, xs[0])]
+        for s, x, ref in zip(seeds, xs, refs):
+            y = run(x)
+            sync(device)
+            out.append((s, gate(y, ref, atol=atol, rtol=rtol).to_dict()))
+            del y
+    return out
+
+
+def margin_check(case, weights, variant, prepared, params: dict, scale: float, mcfg, gate_seeds, atol, rtol,
+                 device, reference=None) -> dict:
+    """SPEC §4's margin rule: the worst error over ``mcfg.inputs`` unseen inputs at ``scale`` (the case's
+    weights) and ``mcfg.inputs_per_weight_seed`` inputs with each other weight seed (``case.weight_seed`` +
+    each of ``mcfg.weight_seed_offsets``) must stay at or below ``mcfg.bound`` x the tolerance. The other
+    weights run the same configuration (``Variant.rebind``). Records the max and p99 of error / tolerance
+    and the worst input (scale, input seed, weight seed)."""
+    from kernels import make_weights
+    seed0, n_in, n_w = int(mcfg.input_seed), int(mcfg.inputs), int(mcfg.inputs_per_weight_seed)
+    input_seeds = list(range(seed0, seed0 + max(n_in, n_w)))
+    clash = sorted(set(input_seeds) & {int(s) for s in gate_seeds})
+    if clash:
+        raise ValueError(f"gate.margin.input_seed={seed0}: margin inputs {clash} are the gate's own seeds; "
+                         "the margin check needs unseen inputs (start above the gate's seeds)")
+    k = reference_batch(case, device, int(mcfg.ref_batch))
+    t0 = time.time()
+    rows = []  # (weight seed, input seed, gate dict)
+    plan = [(case.weight_seed, weights, prepared, n_in)]
+    plan += [(case.weight_seed + int(off), None, None, n_w) for off in mcfg.weight_seed_offsets]
+    for wseed, w, p, n in plan:
+        if n <= 0:
+            continue
+        if w is None:
+            w = make_weights(case, seed=wseed, device=device)
+            p = variant.rebind(prepared, w) if variant.rebind is not None else variant.prepare(case, w, **params)
+        res = _inputs_over_tol(case, w, lambda x: variant.run(p, x), scale, input_seeds[:n], atol, rtol, device,
+                               k, reference)
+        rows += [(wseed, s, r) for s, r in res]
+        worst_w = max(r["max_over_tol"] for _, r in res)
+        log(f"  margin {case.name} {variant.name} weight seed {wseed}: {n} inputs at scale {scale:g}, worst "
+            f"{worst_w:.3f} x tolerance [{time.time() - t0:.0f}s]")
+        del p, w
+    over = [r["max_over_tol"] for _, _, r in rows]
+    wseed, iseed, wr = max(rows, key=lambda t: t[2]["max_over_tol"])
+    bound = float(mcfg.bound)
+    per_w = {}
+    for ws, _, r in rows:
+        per_w[str(ws)] = max(per_w.get(str(ws), 0.0), r["max_over_tol"])
+    passed = max(over) <= bound
+    return {"passed": passed, "bound": bound, "scale": scale, "n_inputs": len(rows), "ref_batch": k,
+            "max_over_tol": max(over), "p99_over_tol": _quantile(over, 0.99), "median_over_tol": _quantile(over, 0.5),
+            "gate_failures": sum(1 for _, _, r in rows if not r["passed"]),
+            "worst": {"scale": scale, "input_seed": iseed, "weight_seed": wseed, "max_over_tol": wr["max_over_tol"],
+                      "max_abs": wr["max_abs"], "reason": wr["reason"]},
+            "max_over_tol_per_weight_seed": per_w, "seconds": time.time() - t0,
+            "reason": "" if passed else (f"margin check failed: worst error {max(over):.3f} x tolerance > {bound:g} "
+                                         f"(scale {scale:g}, input seed {iseed}, weight seed {wseed})")}
+
+
+def wants_margin(mcfg, kind: str) -> bool:
+    return bool(mcfg) and bool(mcfg.get("enabled", True)) and kind in list(mcfg.get("kinds") or [])
+
+
 def job(ctx) -> dict:
     """The correctness job for one case x variant (``ctx``: workflow.run.JobContext). A variant that autotuned
     in ``prepare`` (``Variant.alternates``) has every candidate it chose among gated too, and passes only if all
@@ -119,6 +216,20 @@ def job(ctx) -> dict:
                                                        f"gate ({r['reason']}): fix it or drop it from tune") if x)
         if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
+    mcfg = cfg.gate.get("margin")
+    if wants_margin(mcfg, ctx.variant.kind):
+        if body["passed"]:
+            from omegaconf import OmegaConf
+            params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}
+            m = margin_check(ctx.case, ctx.weights, ctx.variant, ctx.prepared, params, float(body["worst"]["scale"]),
+                             mcfg, list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device)
+            body["margin"] = m
+            if not m["passed"]:
+                body["passed"] = False
+                body["reason"] = "; ".join(x for x in (body["reason"], m["reason"]) if x)
+        else:
+            body["margin"] = {"passed": None, "reason": "not run: the gate failed"}
+    body["gate_passed"] = all(r["passed"] for r in body["results"])
     from kernels.reference import naive_fits
     body["reference"] = "naive" if naive_fits(ctx.case, ctx.device) else "chunked"
     body["tolerance"] = {"atol": float(cfg.gate.atol), "rtol": float(cfg.gate.rtol)}
