@@ -189,7 +189,8 @@ def margin_check(case, weights, variant, prepared, params: dict, scale: float, m
 
 
 def wants_margin(mcfg, kind: str) -> bool:
-    return bool(mcfg) and bool(mcfg.get("enabled", True)) and kind in list(mcfg.get("kinds") or [])
+    """Does the margin check run for a variant of ``kind`` (``gate.margin``: enabled, kinds)?"""
+    return mcfg is not None and bool(getattr(mcfg, "enabled", True)) and kind in list(getattr(mcfg, "kinds", []) or [])
 
 
 def job(ctx) -> dict:
@@ -216,7 +217,7 @@ def job(ctx) -> dict:
                                                        f"gate ({r['reason']}): fix it or drop it from tune") if x)
         if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
-    mcfg = cfg.gate.get("margin")
+    mcfg = getattr(cfg.gate, "margin", None)
     if wants_margin(mcfg, ctx.variant.kind):
         if body["passed"]:
             from omegaconf import OmegaConf
