@@ -34,6 +34,27 @@ if [ "$phase" = tune ]; then
   snakemake --cores 6 --set-threads correctness=1 --until correctness --config matrix=families gpu=h200 ncu=false \
     cases="$cases_c" > "$OUT/logs/snakemake-correctness.log" 2>&1
   stamp "correctness rc=$?"
+elif [ "$phase" = rest ]; then
+  # correctness of what is missing (carried outputs/ hold the rest), case 14 by hand; the committed choices of
+  # the timing-only cases compiled meanwhile; then every timing job alone
+  read -r m_in m_w <<< "${CASE14_MARGIN:-32 8}"
+  ( python -m workflow.run stage=tune case=case14 variant=auto gpu=h200 out=outputs/tuned/h200/case14/auto.yaml \
+      > "$OUT/logs/tune-case14.log" 2>&1
+    python -m workflow.run stage=correctness case=case14 variant=auto gpu=h200 gate.margin.inputs=$m_in \
+      gate.margin.inputs_per_weight_seed=$m_w variant.params.tuned_file=outputs/tuned/h200/case14/auto.yaml \
+      out=outputs/correctness/h200/case14/auto.json > "$OUT/logs/correctness-case14.log" 2>&1
+    stamp "correctness case14 rc=$?" ) &
+  python -m bench.seqres.precompile ${WARM:-1 5 10} --space committed > "$OUT/logs/warm.log" 2>&1 &
+  cases_c=$(echo "$CASES" | sed 's/,case14//; s/case14,//')
+  snakemake --cores 12 --set-threads correctness=1 --until correctness --config matrix=families gpu=h200 ncu=false \
+    cases="$cases_c" > "$OUT/logs/snakemake-correctness2.log" 2>&1
+  stamp "correctness rc=$?"
+  wait
+  pack
+  snakemake --cores all --config matrix=families gpu=h200 ncu=false cases="$CASES" --keep-going \
+    > "$OUT/logs/snakemake-timing.log" 2>&1
+  stamp "timing+report rc=$?"
+  tail -40 outputs/report/h200/report.md
 else
   read -r m_in m_w <<< "${CASE14_MARGIN:-32 8}"
   if [[ "$CASES" == *case14* ]] && [ ! -f outputs/correctness/h200/case14/auto.json ]; then

@@ -324,10 +324,14 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
                               (ao, "attn_oproj=false"), (apk > 1, "attn_pack=1")) if c]
         if why:
             raise ValueError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
-    f2h = {"bf16x3": 0, "f16_w1": 1}.get(o["ffn2_scheme"], -1)
+    f2_case = o["ffn2_scheme"] == "case"  # the case config's choice (``schemes: {ffn2: ...}``), else f16_w1
+    f2 = case.scheme("ffn2", "f16_w1") if f2_case else o["ffn2_scheme"]
+    f2h = {"bf16x3": 0, "f16_w1": 1}.get(f2, -1)
     if f2h < 0:
-        raise ValueError(f"seqres: ffn2_scheme={o['ffn2_scheme']!r}: bf16x3 (three bf16 products) or f16_w1 (A split "
-                         "into fp16 hi/lo, W2 rounded to fp16 once: two products)")
+        raise ValueError(f"seqres: ffn2_scheme={f2!r}: bf16x3 (three bf16 products), f16_w1 (A split into fp16 "
+                         "hi/lo, W2 rounded to fp16 once: two products) or case (the case config's schemes.ffn2, else "
+                         f"f16_w1){' (from the case config)' if f2_case else ''}")
+    info["ffn2_scheme"] = f2
     if f2h and not flat:  # (the tiled loop splits its operands per K step in bf16)
         info["ffn2_scheme_note"] = "ffn2_scheme=f16_w1 applies to gemm_loop flat or nested: bf16x3 here"
         f2h = 0

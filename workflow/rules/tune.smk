@@ -12,7 +12,7 @@ rule tune:
     params:
         overrides=shell_args(JOB_OVERRIDES),
         tuned=shell_args([f"variant.params.tune={TUNE}"]),
-    threads: job_threads
+    threads: job_threads if TUNE == "search" else 1   # committed: no kernel runs
     localrule: TUNE != "search"
     priority: 2
     conda:
