@@ -187,8 +187,9 @@ def test_yaml_params_are_prepare_keywords():
     with open(config_dir() / "variant" / "hybrid.yaml") as f:
         cfg = yaml.safe_load(f)
     assert cfg["impl"] == "hybrid"
-    kw = set(inspect.signature(prepare).parameters) - {"case", "weights"}
-    assert set(cfg["params"]) == kw
+    from kernels.hybrid.model import prepare_one
+    kw = set(inspect.signature(prepare_one).parameters) - {"case", "weights"}
+    assert set(cfg["params"]) == kw | {"tune", "tuned_file", "search_space", "tune_margin"}
 
 
 def test_attention_tiles_per_head_dim():

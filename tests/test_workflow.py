@@ -166,9 +166,35 @@ def test_correctness_jobs_are_scheduled_before_timing_and_ncu(repo):
 
 def test_per_case_target_is_everything_about_that_case(repo):
     counts, text = dry(repo, "case05", "--config", "matrix=quick", "gpu=h200")
-    assert counts == {"correctness": 4, "timing": 4, "ncu": 1, "case05": 1, "total": 10} or \
-        {k: v for k, v in counts.items() if k != "total"} == {"correctness": 4, "timing": 4, "ncu": 1, "case05": 1}
+    assert {k: v for k, v in counts.items() if k != "total"} == \
+        {"tune": 1, "correctness": 4, "timing": 4, "ncu": 1, "case05": 1}
     assert "case05" in text and "case01" not in re.sub(r"rule case\d\d", "", text).split("Job stats")[0]
+
+
+def test_the_tune_stage_feeds_correctness_timing_and_ncu(repo):
+    """Our variants' jobs read the timing GPU's tuned file (one tune job per case x variant of ours); peers don't."""
+    counts, text = dry(repo, "case05", "--config", "matrix=quick", "gpu=h200")
+    tuned = "variant.params.tuned_file=outputs/tuned/h200/case05/auto.yaml"
+    for stage in ("correctness", "timing", "ncu"):
+        assert f"stage={stage} case=case05 variant=auto gpu=h200 out=outputs/{stage}/h200/case05/auto.json" in text
+        line = next(ln for ln in text.splitlines() if f"stage={stage} case=case05 variant=auto" in ln)
+        assert tuned in line, line
+    peer = next(ln for ln in text.splitlines() if "stage=timing case=case05 variant=eager " in ln)
+    assert "tuned_file" not in peer
+    assert "stage=tune case=case05 variant=auto gpu=h200 out=outputs/tuned/h200/case05/auto.yaml" in text
+    assert "variant.params.tune=committed" in text
+    # correctness on another GPU type still runs the timing GPU's choice
+    _, text = dry(repo, "outputs/correctness/h100_mig47/case05/auto.json", "--config", "matrix=quick")
+    assert "variant.params.tuned_file=outputs/tuned/h200/case05/auto.yaml" in text
+
+
+def test_tune_search_and_off(repo):
+    _, text = dry(repo, "outputs/timing/h200/case05/auto.json", "--config", "matrix=quick", "tune=search")
+    assert "variant.params.tune=search" in text and "localrule tune" not in text
+    counts, text = dry(repo, "outputs/timing/h200/case05/auto.json", "--config", "matrix=quick", "tune=off")
+    assert "tune" not in counts and "variant.params.tune=off" in text
+    p = smk(repo, "-n", "--config", "tune=fastest", check=False)
+    assert p.returncode != 0 and "valid committed, search, off" in p.stdout + p.stderr
 
 
 def test_file_target(repo):
