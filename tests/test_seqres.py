@@ -302,7 +302,7 @@ def test_ffn_f16_w1_computes_the_two_product_scheme(params, gemm):
     times the weight rounded to fp16 once: the kernel's output lies close to the float64 emulation of that scheme
     (``precision_probe``), far closer than the emulations of f16_w1 and bf16x3 lie to each other (a kernel still on
     bf16x3 weights, or rounding A too, fails)."""
-    from kernels.seqres.precision_probe import forward
+    from bench.seqres.precision_probe import forward
     case = odd_case(False)
     w = make_weights(case, device=_device())
     v = get_variant("seqres")
@@ -832,7 +832,7 @@ def _gelu_poly_kernel(x, o, N: tl.constexpr, LOG2: tl.constexpr):
 @pytest.mark.parametrize("log2, bound, span", [(False, 5e-7, 12), (True, 5e-6, 60)], ids=["erf_poly", "log2poly"])
 def test_gelu_poly_matches_exact_gelu(log2, bound, span):
     """The polynomial GELUs (erf of Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7; the fitted log2 Phi(-|x|)
-    polynomial of kernels/common/gelu_fit.py): within 5e-7 of the exact GELU in float64 over [-12, 12] and
+    polynomial of bench/common/gelu_fit.py): within 5e-7 of the exact GELU in float64 over [-12, 12] and
     N(0, 9) samples, and no cancellation for negative x (the fp32 formula 0.5 x (1 + erf), as the reference
     evaluates it, loses all relative accuracy there)."""
     n = 1 << 14
@@ -847,7 +847,7 @@ def test_gelu_poly_matches_exact_gelu(log2, bound, span):
 
 
 def test_gelu_log2poly_coefficients_are_the_fit():
-    """tl_helpers.gelu_log2poly's coefficients are what kernels/common/gelu_fit.py computes (re-run here); the fit meets
+    """tl_helpers.gelu_log2poly's coefficients are what bench/common/gelu_fit.py computes (re-run here); the fit meets
     its weighted bound (GELU error <= EABS, relative error of Phi <= EREL) within 3x; and with its negative leading
     coefficient q keeps falling past the fitted range, which is why the helper needs no clamp."""
     import numpy as np
@@ -866,7 +866,7 @@ def test_gelu_log2poly_coefficients_are_the_fit():
 def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():
     """aot_check's SASS reader: a loop of 6 instructions whose epilogue (2 instructions) is skipped by a
     forward branch; the per-step path counts head..branch plus the branch target..loop end."""
-    from kernels.seqres.aot_check import mma_loops
+    from bench.seqres.aot_check import mma_loops
     body = ["IADD3 R1, R1, 0x1, RZ", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", "@P0 BRA 0x0140",
             "STG.E [R2.64], R4", "STG.E [R2.64+0x4], R5", "ISETP.GT.AND P1, PT, R1, 0x4, PT", "@P1 BRA 0x00f0"]
     # addresses 0xf0, 0x100, ...: the loop head is the first instruction, 0x140 the fifth
@@ -896,7 +896,7 @@ def test_tune_is_validated_and_skipped_off_gpu():
 def test_check_gpu_sweep_entries_use_known_parameters():
     """Every ``check_gpu`` SWEEP entry overrides parameters that ``prepare`` knows (an option removed after its
     measurement must take its sweep entries with it, or the GPU sweep fails on them one by one)."""
-    from kernels.seqres.check_gpu import SWEEP, _resolve
+    from bench.seqres.check_gpu import SWEEP, _resolve
     from kernels.seqres.host import DEFAULTS
     bad = {}
     for n in (1, 5, 6, 7, 9, 10, 11):  # the "pub" entries take each case's published choice
@@ -929,9 +929,9 @@ def test_shared_memory_overflow_halves_the_attention_tile_or_names_the_fix():
 
 
 def test_balance_report_shows_idle_programs():
-    """``kernels.seqres.balance``: case 7's 64-row groups have 4 LayerNorm blocks of 16 rows for 8 programs (half idle),
+    """``bench.seqres.balance``: case 7's 64-row groups have 4 LayerNorm blocks of 16 rows for 8 programs (half idle),
     8 blocks of 8 with ``block_m_ln: 8``; case 11's 64-row attention tiles (``attn_fill: false``) leave 8 of 16 idle."""
-    from kernels.seqres.balance import report
+    from bench.seqres.balance import report
     nest = dict(gemm_loop="nested", block_n=64)
     assert "copy / LayerNorm row blocks 4/8: max 1, mean 0.50, 4 idle *" in report(7, nest)
     assert "copy / LayerNorm row blocks 8/8: max 1, mean 1.00;" in report(7, dict(nest, block_m_ln=8))

@@ -46,7 +46,7 @@ def gelu_erf_poly(x, PTX: tl.constexpr):
     return tl.maximum(x, 0.0) - tl.abs(x) * c
 
 
-# q(u) ~ log2 Phi(-u), highest power first: the output of ``python -m kernels.common.gelu_fit`` (a test re-runs the fit)
+# q(u) ~ log2 Phi(-u), highest power first: the output of ``python -m bench.common.gelu_fit`` (a test re-runs the fit)
 GELU_Q5 = tl.constexpr(-0.0003356065178156923)
 GELU_Q4 = tl.constexpr(0.006050093726838906)
 GELU_Q3 = tl.constexpr(-0.04913339793466209)
@@ -58,7 +58,7 @@ GELU_Q0 = tl.constexpr(-1.00021732392041)
 @triton.jit
 def gelu_log2poly(x, PTX: tl.constexpr):
     """Exact GELU, x Phi(x) = max(x, 0) - |x| Phi(-|x|), with Phi(-u) = 2^q(u): q a degree-5 weighted minimax fit
-    of log2 Phi(-u) on u in [0, 5.5] (``kernels/common/gelu_fit.py``). Its leading coefficient is negative and q keeps
+    of log2 Phi(-u) on u in [0, 5.5] (``bench/common/gelu_fit.py``). Its leading coefficient is negative and q keeps
     falling past 5.5, so no clamp is needed: |GELU error| <= 3e-6 in fp32 over [-60, 60], relative error of Phi <=
     3e-3 where GELU(x) < -1e-6. Five FMAs, one exp2 (PTX: ``ex2``, one MUFU), one max, one FMA: 8 instructions per
     element against ``gelu_erf_poly``'s 13 with two MUFU (session 17: the degree-6 form with a clamp, 10

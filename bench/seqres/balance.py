@@ -1,0 +1,76 @@
+"""How each phase's work items divide over a group's programs (CPU; no GPU, no compile). For docs/seqres.md.
+
+Session 12's gains came from phases whose items left some of a group's R programs idle or ran in series on few
+programs (case 7's LayerNorm blocks, case 6's attention tiles). This prints, for each case and a parameter set (by
+default the choice in the published timing JSON, ``check_gpu.published_choice``), every phase's item count against R:
+the busiest program's items, the mean, and the idle programs; ``*`` marks a busiest program above 1.2x the mean. The
+schedule is ``host.prepare_meta``'s for 132 SMs and two programs per SM, before the compile-time fits a GPU
+``prepare`` may apply (``fit_smem`` can halve the attention tiles; the pipeline's ``prepare_info`` records it).
+Stream-K phases (oproj, FFN2 with ``stream_k``) split their (tile, K step) pairs evenly and are listed as such.
+
+    python -m bench.seqres.balance [--cases 1 5 ...] [--param k=v ...]
+"""
+from __future__ import annotations
+
+import argparse
+
+from kernels.cases import load_case
+from .aot_check import parse_params
+from kernels.seqres.host import prepare_meta
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def phases(meta: dict) -> list[tuple[str, int]]:
+    """(phase, work items shared by the group's R programs) for a ``prepare_meta`` schedule (flat/nested loops)."""
+    G, S, D, H = meta["G"], meta["S"], meta["D"], meta["H"]
+    M = G * S
+    apk = meta.get("APK", 1)
+    out = [("copy / LayerNorm row blocks", _cdiv(M, meta["BM_LN"]))]
+    out.append(("QKV tiles", _cdiv(M, meta["BM"]) * _cdiv(3 * D, meta["BNQ"])))
+    out.append(("attention tiles", (G // apk) * H * _cdiv(S * apk, meta["BQ"])))
+    if not meta["AO"]:
+        out.append(("oproj tiles" + (" (stream-K)" if meta["SK"] else ""), _cdiv(M, meta["BM"]) * _cdiv(D, meta["BN"])))
+    if meta["FF"]:
+        out.append(("fused FFN items", _cdiv(M, meta["BM"]) * _cdiv(4 * D, meta["BH"])))
+    else:
+        out.append(("FFN1 tiles", _cdiv(M, meta["BM"]) * _cdiv(4 * D, meta["BNF"])))
+        out.append(("FFN2 tiles" + (" (stream-K)" if meta["SK"] else ""), _cdiv(M, meta["BM"]) * _cdiv(D, meta["BN"])))
+    return out
+
+
+def report(case_no: int, params: dict) -> str:
+    case = load_case(case_no)
+    meta, _, _ = prepare_meta(case, n_sm=132, n_slots=264, **params)
+    R = meta["R"]
+    cells = []
+    for name, n in phases(meta):
+        if "stream-K" in name:
+            cells.append(f"{name} {n}: even")
+            continue
+        busiest, mean, idle = _cdiv(n, R), n / R, max(0, R - n)
+        cells.append(f"{name} {n}/{R}: max {busiest}, mean {mean:.2f}" + (f", {idle} idle" if idle else "")
+                     + (" *" if busiest > 1.2 * mean else ""))
+    return f"case{case_no:02d} (G={meta['G']}, R={R}, {meta['G'] * meta['S']} rows): " + "; ".join(cells)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
+    ap.add_argument("--param", action="append", default=[], metavar="K=V",
+                    help="use these parameters instead of the published choice (repeatable)")
+    a = ap.parse_args(argv)
+    given = parse_params(a.param)
+    for c in a.cases:
+        if given:
+            params = given
+        else:
+            from .check_gpu import published_choice
+            params = published_choice(load_case(c))
+        print(report(c, params), flush=True)
+
+
+if __name__ == "__main__":
+    main()
