@@ -19,14 +19,14 @@ import traceback
 import torch
 
 from kernels.cases import load_case
-from kernels.gate import gate
+from kernels.gate import default_gate_config, gate
 from kernels.reference import reference_forward
 from kernels.weights import make_input, make_weights
 from kernels.hybrid.attention import attention
 from kernels.hybrid.model import prepare, run
 from kernels.timing import median_ms
 
-SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
+SCALES = default_gate_config().scales
 
 # name -> prepare params (on top of config/variant/hybrid.yaml defaults); the first is the default.
 SCHEMES = {
@@ -121,7 +121,7 @@ def main(argv=None):
     ap.add_argument("--cases", nargs="+", default=["8", "13", "14"])
     ap.add_argument("--schemes", nargs="+", default=GPU_SCHEMES, help=f"of {', '.join(SCHEMES)}")
     ap.add_argument("--scales", nargs="+", type=float, default=list(SCALES))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--seeds", nargs="+", type=int, default=list(default_gate_config().seeds))
     ap.add_argument("--budget", type=float, default=210.0, help="seconds; later steps are skipped past it")
     ap.add_argument("--attn-bench", nargs="*", default=["14", "8"], help="cases for the attention micro-bench")
     ap.add_argument("--out", default=os.environ.get("OUT", "outputs/hybrid_check"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernels.cases import load_case
+from kernels.cases import list_cases, load_case
 from .aot_check import parse_params
 from kernels.seqres.host import prepare_meta
 
@@ -58,7 +58,7 @@ def report(case_no: int, params: dict) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
+    ap.add_argument("--cases", nargs="+", type=int, default=[load_case(n).number for n in list_cases(smoke=False, family="seqres")])
     ap.add_argument("--param", action="append", default=[], metavar="K=V",
                     help="use these parameters instead of the published choice (repeatable)")
     a = ap.parse_args(argv)

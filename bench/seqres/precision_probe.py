@@ -31,13 +31,13 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kernels.cases import SCHEME_GEMMS, load_case
-from kernels.gate import gate
+from kernels.cases import SCHEME_GEMMS, list_cases, load_case
+from kernels.gate import default_gate_config, gate
 from kernels.reference import LN_EPS, reference_forward
 from kernels.weights import make_input, make_weights
 
-SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
-SEEDS = (0, 1)
+SCALES = default_gate_config().scales
+SEEDS = default_gate_config().seeds
 
 
 def _round(x, dt):
@@ -138,7 +138,7 @@ def main(argv=None):
     ap.add_argument("scheme")
     ap.add_argument("--attn", default=None, help="scheme of the attention products (default: the same)")
     ap.add_argument("--ln-fold", action="store_true", help="fold LN1/LN2 into the QKV/FFN1 products")
-    ap.add_argument("--cases", nargs="+", type=int, default=[1, 5, 6, 7, 9, 10, 11])
+    ap.add_argument("--cases", nargs="+", type=int, default=[load_case(n).number for n in list_cases(smoke=False, family="seqres")])
     ap.add_argument("--gemm", nargs="+", default=[], metavar="NAME=SCHEME",
                     help=f"per-GEMM schemes overriding SCHEME, NAME in {GEMMS} (e.g. ffn2=f16_w1)")
     ap.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS),

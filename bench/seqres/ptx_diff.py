@@ -23,8 +23,6 @@ import re
 import sys
 from pathlib import Path
 
-PUBLISHED = ("case01", "case05", "case06", "case07", "case09", "case10", "case11")
-SMOKE = ("smoke1", "smoke2", "smoke3")
 _INFO_ONLY = ("shared_before", "shared_limit", "occupancy_before")
 
 
@@ -36,11 +34,16 @@ def _compile_case():
     return compile_case
 
 
+def _seqres_cases() -> list[str]:
+    from kernels import list_cases
+    return list_cases(smoke=False, family="seqres")
+
+
 def published_configs(raw: Path) -> list[tuple[str, str, dict]]:
     """(label, case, params) of every published choice, each with ffn1_scheme bf16x3 and f16_w1."""
     seen, out = set(), []
     for stage in ("correctness", "timing"):
-        for case in PUBLISHED:
+        for case in _seqres_cases():
             f = raw / stage / "h200" / case / "auto.json"
             if not f.exists():
                 continue
@@ -61,7 +64,7 @@ def published_configs(raw: Path) -> list[tuple[str, str, dict]]:
 
 def tune_configs() -> list[tuple[str, str, dict]]:
     from kernels.seqres.host import DEFAULTS
-    return [(f"{case}_tune{i:02d}", case, dict(over, tune=[])) for case in PUBLISHED
+    return [(f"{case}_tune{i:02d}", case, dict(over, tune=[])) for case in _seqres_cases()
             for i, over in enumerate([{}] + list(DEFAULTS.get("tune") or []))]
 
 
@@ -106,10 +109,10 @@ def drop_unread_params(text: str) -> str:
 
 
 def dump(out: Path, raw: Path, with_tune: bool) -> None:
-    from kernels import load_case
+    from kernels import list_cases, load_case
     compile_case = _compile_case()
     out.mkdir(parents=True, exist_ok=True)
-    configs = published_configs(raw) + [(f"{c}_defaults", c, dict(tune=[])) for c in SMOKE]
+    configs = published_configs(raw) + [(f"{c}_defaults", c, dict(tune=[])) for c in list_cases(smoke=True)]
     if with_tune:
         configs += tune_configs()
     index = {}
