@@ -1,4 +1,4 @@
-"""The seqres measurement probes that run without a GPU (docs/seqres.md, session 8).
+"""The lab tools of ``bench/`` that run without a GPU (docs/seqres.md).
 
 - ``precision_probe``: its float64 emulation of the model must reproduce the reference when nothing is
   rounded, rank the schemes by their rounding (bf16x3 far inside the gate, one fp16 operand not), and
@@ -12,11 +12,14 @@ import sys
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels import load_case, make_input, make_weights
 from kernels.gate import gate
 from kernels.reference import reference_forward
 from bench.seqres import gemm_probe, precision_probe
+from bench.seqres.gemm_probe import gelu_erf_poly
 from bench.seqres.gluon_gemm import instr_n, ws_maxnreg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +92,7 @@ def test_gluon_gemm_compiles_for_sm90():
     assert len(lines) == 6, out
     for ln in lines:
         fields = dict(f.split("=") for f in ln.split(": ", 1)[1].split())
-        # the epilogue forms (session 14): the overlapped one runs its epilogue between the next step's wgmma and
+        # the epilogue forms: the overlapped one runs its epilogue between the next step's wgmma and
         # their wait (what it was measured as), the other after the tile's last wait
         if ln.startswith("mm3_gluon_epi2_ov"):
             assert "epi_before_wait=True" in ln, ln
@@ -181,28 +184,12 @@ def test_counter_t0_barrier_assembles_and_maps():
     assert red == acq == guard == 4, out  # one per barrier of the probe's 4 (NB = 4, unrolled)
 
 
-def test_acc_reset_select_keeps_wgmma_asynchronous():
-    """``acc_reset`` (session 13): with the flat GEMM loop's accumulator reset in the epilogue branch (``branch``, the
-    default) ptxas serializes every wgmma of the kernel (its C7514 note); zeroed by a select at a tile's first K step
-    (``select``) it keeps them in flight (docs/seqres.md measures both). Case 1's defaults are the flat loop; compiled
-    for sm_90a without a GPU, in a subprocess without the interpreter."""
-    code = ("from bench.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
-            "from kernels.cases import load_case\n"
-            "for ars in ('select', 'branch'):\n"
-            "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars, 'wgmma_chain': 'wait'})\n"
-            "    print(ars, meta['FLAT'], meta['NEST'], wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
-    out = _run_compiled(["-c", code], timeout=900)
-    rows = {r.split()[0]: r.split()[1:] for r in out.strip().splitlines()}
-    assert rows["select"] == ["1", "False", "False"], out
-    assert rows["branch"] == ["1", "False", "True"], out
-
-
 def test_sass_regions_sums_samples_by_instruction_class(tmp_path):
     """``sass_regions`` reads ncu's source page (CSV, optionally gzipped) and charges each instruction's samples to
     its class; the 'barrier' reason outside the wgmma waits is reported as time held at CTA barriers."""
     import gzip
 
-    from kernels.seqres import sass_regions
+    from bench.seqres import sass_regions
     head = ['Address', 'Source', 'Warp Stall Sampling (All Samples)', 'Warp Stall Sampling (Not-issued Samples)',
             'stall_barrier', 'stall_long_sb', 'stall_barrier (Not Issued)']
     body = [['0x0', '  HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12].tnspB, R24, gsb0', '2', '2', '0', '0', '0'],
@@ -223,29 +210,126 @@ def test_sass_regions_sums_samples_by_instruction_class(tmp_path):
     assert "group barrier spin): 45.0%" in out  # the ULDC's 9 barrier samples, not the DEPBAR's 6
 
 
-def test_acc_reset_flag_and_async_chain_compile_for_sm90():
-    """``acc_reset: flag`` (session 15): the branch form's source compiled with Triton's OptimizeAccumulatorInit pass
-    added to the sm_90 pipeline: the flat loop's first dot of a step takes the zero-accumulator predicate (a fourth
-    operand in the TTGIR), and ptxas no longer serializes the wgmma; ``wgmma_chain: async`` relaxes the waits between
-    a step's chained dots (``wgmma.wait_group`` 1 and 2 in the PTX), ``overlap`` also the step's last wait (3). Case 1's defaults, compiled for sm_90a without a
-    GPU, in a subprocess without the interpreter."""
-    code = ("import re\n"
+def test_wgmma_passes_keep_the_flat_loop_asynchronous_on_sm90():
+    """The sm_90 compile runs Triton's OptimizeAccumulatorInit pass (``kernels.common.wgmma_passes``): the flat
+    loop's first dot of a step takes the zero-accumulator predicate (a fourth operand in the TTGIR), and ptxas does
+    not serialize the wgmma (its C7514 note), which it does for the same source compiled without the passes;
+    ``wgmma_chain: async`` relaxes the waits between a step's chained dots (``wgmma.wait_group`` 1 and 2 in the
+    PTX). Case 1's defaults, compiled for sm_90a without a GPU, in a subprocess without the interpreter."""
+    code = ("import contextlib, re\n"
+            "import kernels.seqres.host as host\n"
             "from bench.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
             "from kernels.cases import load_case\n"
-            "for ars, wch in (('flag', 'wait'), ('flag', 'async'), ('branch', 'async'), ('flag', 'overlap')):\n"
-            "    k, _, meta = compile_case(load_case(1), {'acc_reset': ars, 'wgmma_chain': wch})\n"
+            "passes = host.compile_context\n"
+            "for label, wch in (('wait', 'wait'), ('async', 'async'), ('unedited', 'async')):\n"
+            "    host.compile_context = passes if label != 'unedited' else (lambda meta: contextlib.nullcontext())\n"
+            "    k, _, meta = compile_case(load_case(1), {'wgmma_chain': wch})\n"
             "    dots = re.findall(r'ttng.warp_group_dot (%[^{]*)\\{', k.asm['ttgir'])\n"
             "    pred = sum(d.count(',') == 3 and not d.rstrip().endswith('%false') for d in dots)\n"
             "    relaxed = len(re.findall(r'wgmma.wait_group.sync.aligned [12];', k.asm['ptx']))\n"
-            "    print(ars, wch, meta['ARS'], meta['WCH'], pred, relaxed > 0,\n"
-            "          wgmma_serialized(ptxas_info(k.asm['ptx'], 90)),\n"
-            "          'wgmma.wait_group.sync.aligned 3;' in k.asm['ptx'])")
+            "    print(label, pred, relaxed > 0, wgmma_serialized(ptxas_info(k.asm['ptx'], 90)))")
     out = _run_compiled(["-c", code], timeout=900)
-    rows = {tuple(r.split()[:2]): r.split()[2:] for r in out.strip().splitlines()}
+    rows = {r.split()[0]: r.split()[1:] for r in out.strip().splitlines()}
     # the 4 GEMM phases' flat loops take the predicate; the chains are relaxed only with async
-    assert rows[("flag", "wait")] == ["2", "0", "4", "False", "False", "False"], out
-    assert rows[("flag", "async")] == ["2", "1", "4", "True", "False", "False"], out
-    # overlap: the 4 flat loops' last waits leave the step's 3 dots in flight (wait_group 3)
-    assert rows[("flag", "overlap")] == ["2", "2", "4", "True", "False", "True"], out
-    # without the pass the branch form stays serialized; its flat-loop chains end in no wait, so are not relaxed
-    assert rows[("branch", "async")][:3] == ["0", "1", "0"] and rows[("branch", "async")][4] == "True", out
+    assert rows["wait"] == ["4", "False", "False"], out
+    assert rows["async"] == ["4", "True", "False"], out
+    # without the passes the reset writes an accumulator in flight: ptxas serializes every wgmma
+    assert rows["unedited"][0] == "0" and rows["unedited"][2] == "True", out
+
+
+def test_gelu_log2poly_coefficients_are_the_fit():
+    """tl_helpers.gelu_log2poly's coefficients are what bench/common/gelu_fit.py computes (re-run here); the fit meets
+    its weighted bound (GELU error <= EABS, relative error of Phi <= EREL) within 3x; and with its negative leading
+    coefficient q keeps falling past the fitted range, which is why the helper needs no clamp."""
+    import numpy as np
+
+    from bench.common import gelu_fit
+    from kernels.common import tl_helpers
+    coef, worst = gelu_fit.fit()
+    assert worst < 3.0, worst
+    assert gelu_fit.DEGREE == 5
+    got = [getattr(tl_helpers, f"GELU_Q{k}").value for k in range(5, -1, -1)]
+    assert torch.allclose(torch.tensor(got, dtype=torch.float64), torch.from_numpy(coef), rtol=1e-9, atol=0)
+    assert coef[0] < 0
+    u = np.linspace(gelu_fit.U_MAX, 1e4, 100001)
+    assert (np.diff(np.polyval(coef, u)) < 0).all()
+
+
+@triton.jit
+def _gelu_erf_poly_kernel(x, o, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(o + offs, gelu_erf_poly(tl.load(x + offs), False))
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the portable path (the GPU path is PTX)")
+def test_gelu_erf_poly_matches_exact_gelu():
+    """gemm_probe's polynomial GELU (erf of Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7): within 5e-7 of the
+    exact GELU in float64 over [-12, 12] and N(0, 9) samples."""
+    n = 1 << 14
+    x = torch.cat([torch.linspace(-12, 12, n // 2), torch.randn(n // 2, generator=torch.Generator().manual_seed(0)) * 3])
+    o = torch.empty_like(x)
+    _gelu_erf_poly_kernel[(1,)](x, o, n)
+    assert (o.double() - torch.nn.functional.gelu(x.double())).abs().max().item() < 5e-7
+
+
+def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():
+    """aot_check's SASS reader: a loop of 6 instructions whose epilogue (2 instructions) is skipped by a
+    forward branch; the per-step path counts head..branch plus the branch target..loop end."""
+    from bench.seqres.aot_check import mma_loops
+    body = ["IADD3 R1, R1, 0x1, RZ", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", "@P0 BRA 0x0140",
+            "STG.E [R2.64], R4", "STG.E [R2.64+0x4], R5", "ISETP.GT.AND P1, PT, R1, 0x4, PT", "@P1 BRA 0x00f0"]
+    # addresses 0xf0, 0x100, ...: the loop head is the first instruction, 0x140 the fifth
+    sass = "\n".join(f"        /*{0xf0 + 16 * i:04x}*/                   {t} ;" for i, t in enumerate(body))
+    (lp,) = mma_loops(sass)
+    assert lp["start"] == 0xF0 and lp["body"] == 7 and lp["mma"] == 1
+    assert lp["step_path"] == 3 + 2  # head..@P0 BRA (3), then 0x140..loop end (2)
+
+
+def test_check_gpu_sweep_entries_use_known_parameters():
+    """Every ``check_gpu`` SWEEP entry overrides parameters that ``prepare`` knows, with allowed values (an option
+    removed after its measurement must take its sweep entries with it, or the GPU sweep fails on them one by one)."""
+    from bench.seqres.check_gpu import SWEEP, _resolve
+    from kernels import list_cases
+    from kernels.seqres.host import CHOICES, DEFAULTS
+    bad = {}
+    for name in list_cases(smoke=False, family="seqres"):  # the "pub" entries take each case's published choice
+        case = load_case(name)
+        for entry, over in SWEEP.items():
+            full = _resolve(over, case, DEFAULTS)
+            extra = set(full) - set(DEFAULTS)
+            extra |= {k for k, v in full.items() if k in CHOICES and v not in CHOICES[k]}
+            if extra:
+                bad[(name, entry)] = sorted(extra)
+    assert not bad, bad
+    assert "untuned" in SWEEP and SWEEP["untuned"] == {}
+    pub5 = _resolve(SWEEP["pub"], load_case(5), DEFAULTS)
+    assert pub5["tune"] == [] and pub5["attn_oproj"] is True  # case 5's published choice, untuned
+
+
+def test_balance_report_shows_idle_programs():
+    """``bench.seqres.balance``: case 7's 64-row groups have 4 LayerNorm blocks of 16 rows for 8 programs (half idle),
+    8 blocks of 8 with ``block_m_ln: 8``; case 11's 64-row attention tiles (``attn_fill: false``) leave 8 of 16 idle."""
+    from bench.seqres.balance import report
+    nest = dict(gemm_loop="nested", block_n=64)
+    assert "copy / LayerNorm row blocks 4/8: max 1, mean 0.50, 4 idle *" in report(7, nest)
+    assert "copy / LayerNorm row blocks 8/8: max 1, mean 1.00;" in report(7, dict(nest, block_m_ln=8))
+    assert "QKV tiles 18/8: max 3, mean 2.25 *" in report(7, nest)
+    r11 = report(11, dict(nest, attn_fill=False, attn_oproj=True, ffn_fused=True, block_n_wide=64))
+    assert "attention tiles 8/16: max 1, mean 0.50, 8 idle *" in r11 and "fused FFN items 16/16" in r11
+    assert "oproj" not in r11  # attn_oproj: no oproj phase
+
+
+def test_ptx_diff_normalises_names_and_compares_by_argument():
+    """``ptx_diff`` (the proof that a change left the published binaries alone): line info, comments and the
+    kernel's name are dropped, parameters are named after the kernel's arguments, and a parameter no instruction
+    reads may be dropped from the comparison."""
+    from bench.seqres.ptx_diff import drop_unread_params, normalise
+    ptx = (".version 8.7\n// a comment\n.file 1 \"k.py\"\n.visible .entry _k(\n"
+           "\t.param .u64 _k_param_0,\n\t.param .u64 _k_param_1,\n\t.param .u32 _k_param_2\n)\n{\n"
+           "\t.loc 1 2 3\n\tld.param.b64 %rd1, [_k_param_0];\n\tld.param.b32 %r1, [_k_param_2];\n}\n")
+    text = normalise(ptx, ["x_ptr", "dead_ptr", "n"])
+    assert ".loc" not in text and "//" not in text and ".file" not in text and "_k" not in text
+    assert "[param:x_ptr]" in text and "[param:n]" in text
+    without = normalise(ptx.replace("\t.param .u64 _k_param_1,\n", "").replace("_k_param_2", "_k_param_1"),
+                        ["x_ptr", "n"])
+    assert text != without and drop_unread_params(text) == drop_unread_params(without)

@@ -3,8 +3,8 @@
 GELU(x) = x Phi(x) = max(x, 0) - |x| Phi(-|x|), so one polynomial q(u) ~ log2 Phi(-u) on [0, U] and one exp2
 give GELU without erf, a reciprocal or a select: Horner's rule (n FMAs), one ``ex2``, one max and one FMA. The
 degree-5 fit's leading coefficient is negative, so q falls without bound past U, as log2 Phi(-u) does (2^q -> 0): no
-clamp (``tests/test_seqres.py`` checks the fit's GELU to 5e-6 over [-60, 60]). Session 17 first used degree 6 with u
-clamped at U (10 instructions; a positive leading coefficient needs the clamp); degree 5 measured 0-2% faster.
+clamp (``tests/test_seqres.py`` checks the fit's GELU to 5e-6 over [-60, 60]). A degree-6 fit needs u clamped at U
+(a positive leading coefficient: 10 instructions); degree 5 measured 0-2% faster (docs/seqres.md).
 
 The fit minimises max over u of |q(u) - log2 Phi(-u)| ln2 max(u Phi(-u) / EABS, 1 / EREL): the error of q is a
 relative error of Phi(-u), which GELU multiplies by u, so the weight holds GELU's absolute error near EABS where

@@ -21,8 +21,7 @@ from kernels.seqres.megakernel import _seqres_fwd
 def compile_case(case, params: dict, arch: int = 90):
     """Compile for ``arch`` with the constexprs prepare() would pick (device-independent parts)."""
     import torch  # noqa: F401
-    from kernels.seqres.host import prepare_meta
-    from kernels.seqres.host import DEFAULTS
+    from kernels.seqres.host import DEFAULTS, prepare_meta
     # the R a GPU run starts from: ctas_per_sm programs per SM (prepare then checks the compiled occupancy)
     cps = max(1, int(params.get("ctas_per_sm", DEFAULTS["ctas_per_sm"])))
     meta, launch, _ = prepare_meta(case, n_sm=132, n_slots=132 * cps, **params)
@@ -31,11 +30,12 @@ def compile_case(case, params: dict, arch: int = 90):
     for n in names:
         if n in meta:
             sig[n] = "constexpr"
-        elif meta["PRESPLIT"] == 1 and ((n == "w2_ptr" and meta.get("F2H")) or (n == "w1_ptr" and meta.get("F1H"))):
+        elif meta["PRESPLIT"] == 1 and ((n == "w2_ptr" and meta["FFN2_SCHEME"] == "f16_w1")
+                                        or (n == "w1_ptr" and meta["FFN1_SCHEME"] == "f16_w1")):
             sig[n] = "*fp16"
         elif n in ("wqkv_ptr", "wo_ptr", "w1_ptr", "w2_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
-        elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["FLAT"] and meta["PRESPLIT"] == 1:
+        elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
         elif n in ("flags_ptr", "cnt_ptr", "err_ptr"):
             sig[n] = "*i32"
@@ -81,7 +81,7 @@ def ptxas_usage(txt: str) -> tuple[int, int]:
 
 def wgmma_serialized(ptxas_text: str) -> bool:
     """ptxas's C7514 note: it serialized every wgmma of the kernel (each instruction waits for the previous one),
-    because something reads a wgmma accumulator before the wait for it (docs/seqres.md, session 13)."""
+    because something reads a wgmma accumulator before the wait for it (docs/seqres.md)."""
     return "C7514" in ptxas_text
 
 
@@ -154,7 +154,8 @@ def main(argv=None):
         regs, spills = ptxas_usage(txt)
         print(f"{case.name}: compiled in {dt:.1f}s regs={regs} spill_bytes={spills} shared={sass_info.shared} "
               f"wgmma_serialized={wgmma_serialized(txt)} "
-              f"G={meta['G']} R={meta['R']} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} "
+              f"G={meta['SEQS_PER_PROGRAM']} R={meta['SPLIT']} BLOCK_M={meta['BLOCK_M']} BLOCK_N={meta['BLOCK_N']} "
+              f"BLOCK_K={meta['BLOCK_K']} "
               f"wgmma={'wgmma' in ptx} mma={'mma.sync' in ptx}")
         if a.sass:
             sass = sass_of(k)

@@ -1,7 +1,7 @@
 """How each phase's work items divide over a group's programs (CPU; no GPU, no compile). For docs/seqres.md.
 
-Session 12's gains came from phases whose items left some of a group's R programs idle or ran in series on few
-programs (case 7's LayerNorm blocks, case 6's attention tiles). This prints, for each case and a parameter set (by
+Phases whose items leave some of a group's R programs idle, or run in series on few programs (case 7's LayerNorm
+blocks, case 6's attention tiles), cost time. This prints, for each case and a parameter set (by
 default the choice in the published timing JSON, ``check_gpu.published_choice``), every phase's item count against R:
 the busiest program's items, the mean, and the idle programs; ``*`` marks a busiest program above 1.2x the mean. The
 schedule is ``host.prepare_meta``'s for 132 SMs and two programs per SM, before the compile-time fits a GPU
@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 
 from kernels.cases import list_cases, load_case
-from .aot_check import parse_params
 from kernels.seqres.host import prepare_meta
+
+from .aot_check import parse_params
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -24,27 +25,28 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def phases(meta: dict) -> list[tuple[str, int]]:
-    """(phase, work items shared by the group's R programs) for a ``prepare_meta`` schedule (flat/nested loops)."""
-    G, S, D, H = meta["G"], meta["S"], meta["D"], meta["H"]
-    M = G * S
-    apk = meta.get("APK", 1)
-    out = [("copy / LayerNorm row blocks", _cdiv(M, meta["BM_LN"]))]
-    out.append(("QKV tiles", _cdiv(M, meta["BM"]) * _cdiv(3 * D, meta["BNQ"])))
-    out.append(("attention tiles", (G // apk) * H * _cdiv(S * apk, meta["BQ"])))
-    if not meta["AO"]:
-        out.append(("oproj tiles" + (" (stream-K)" if meta["SK"] else ""), _cdiv(M, meta["BM"]) * _cdiv(D, meta["BN"])))
-    if meta["FF"]:
-        out.append(("fused FFN items", _cdiv(M, meta["BM"]) * _cdiv(4 * D, meta["BH"])))
+    """(phase, work items shared by the group's R programs) for a ``prepare_meta`` schedule."""
+    G, S, D, H = meta["SEQS_PER_PROGRAM"], meta["S"], meta["D"], meta["H"]
+    M, BM = G * S, meta["BLOCK_M"]
+    apk = meta["ATTN_PACK"]
+    sk = " (stream-K)" if meta["STREAM_K"] else ""
+    out = [("copy / LayerNorm row blocks", _cdiv(M, meta["BLOCK_M_LN"]))]
+    out.append(("QKV tiles", _cdiv(M, BM) * _cdiv(3 * D, meta["BLOCK_N_QKV"])))
+    out.append(("attention tiles", (G // apk) * H * _cdiv(S * apk, meta["BLOCK_Q"])))
+    if not meta["ATTN_OPROJ"]:
+        out.append(("oproj tiles" + sk, _cdiv(M, BM) * _cdiv(D, meta["BLOCK_N"])))
+    if meta["FFN_FUSED"]:
+        out.append(("fused FFN items", _cdiv(M, BM) * _cdiv(4 * D, meta["BLOCK_H"])))
     else:
-        out.append(("FFN1 tiles", _cdiv(M, meta["BM"]) * _cdiv(4 * D, meta["BNF"])))
-        out.append(("FFN2 tiles" + (" (stream-K)" if meta["SK"] else ""), _cdiv(M, meta["BM"]) * _cdiv(D, meta["BN"])))
+        out.append(("FFN1 tiles", _cdiv(M, BM) * _cdiv(4 * D, meta["BLOCK_N_FFN1"])))
+        out.append(("FFN2 tiles" + sk, _cdiv(M, BM) * _cdiv(D, meta["BLOCK_N"])))
     return out
 
 
 def report(case_no: int, params: dict) -> str:
     case = load_case(case_no)
     meta, _, _ = prepare_meta(case, n_sm=132, n_slots=264, **params)
-    R = meta["R"]
+    R = meta["SPLIT"]
     cells = []
     for name, n in phases(meta):
         if "stream-K" in name:
@@ -53,12 +55,14 @@ def report(case_no: int, params: dict) -> str:
         busiest, mean, idle = _cdiv(n, R), n / R, max(0, R - n)
         cells.append(f"{name} {n}/{R}: max {busiest}, mean {mean:.2f}" + (f", {idle} idle" if idle else "")
                      + (" *" if busiest > 1.2 * mean else ""))
-    return f"case{case_no:02d} (G={meta['G']}, R={R}, {meta['G'] * meta['S']} rows): " + "; ".join(cells)
+    G = meta["SEQS_PER_PROGRAM"]
+    return f"case{case_no:02d} (G={G}, R={R}, {G * meta['S']} rows): " + "; ".join(cells)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", nargs="+", type=int, default=[load_case(n).number for n in list_cases(smoke=False, family="seqres")])
+    ap.add_argument("--cases", nargs="+", type=int,
+                    default=[load_case(n).number for n in list_cases(smoke=False, family="seqres")])
     ap.add_argument("--param", action="append", default=[], metavar="K=V",
                     help="use these parameters instead of the published choice (repeatable)")
     a = ap.parse_args(argv)

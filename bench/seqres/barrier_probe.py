@@ -1,4 +1,4 @@
-"""What does one group barrier cost by itself? A GPU probe for docs/seqres.md (session 10).
+"""What does one group barrier cost by itself? A GPU probe for docs/seqres.md.
 
 A kernel of ``2 x SMs`` programs in groups of R (the megakernel's co-residency: two programs per SM) runs NB
 flag barriers in a row (``tl_helpers.group_barrier``, the megakernel's ``_sync``), optionally after storing a

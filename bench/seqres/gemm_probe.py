@@ -50,7 +50,7 @@ import triton.language as tl
 
 from kernels.cases import load_case
 from kernels.common.split import split_hi_lo
-from kernels.common.tl_helpers import gelu_erf_poly, split_bf16
+from kernels.common.tl_helpers import exp2_approx, split_bf16
 
 # (name, form, BM, BN, BK, warps, stages)
 CONFIGS = (
@@ -101,7 +101,7 @@ CONFIGS = (
     ("glws_128x128x64_s3_w8", "gluon_ws", 128, 128, 64, 8, 3),
     ("glws_128x256x32_s3_w8", "gluon_ws", 128, 256, 32, 8, 3),
     ("glws_128x256x64_s2_w8", "gluon_ws", 128, 256, 64, 8, 2),
-    # session 14: the split-output epilogue of QKV (bias) and FFN1 (bias + GELU) added (only on those GEMMs): the `tl`
+    # the split-output epilogue of QKV (bias) and FFN1 (bias + GELU) added (only on those GEMMs): the `tl`
     # loop, Gluon with the epilogue after the tile's last wait, and Gluon with the epilogue deferred behind the next
     # tile's first asynchronous wgmma (it runs while the tensor core works)
     ("ptre_64x128x32_s3", "ptr_epi", 64, 128, 32, 4, 3),
@@ -110,6 +110,28 @@ CONFIGS = (
     ("gleo_64x128x32_s4", "gluon_epi_ov", 64, 128, 32, 4, 4),
     ("gleo_64x128x64_s3", "gluon_epi_ov", 64, 128, 64, 4, 3),
 )
+
+
+@triton.jit
+def gelu_erf_poly(x, PTX: tl.constexpr):
+    """Exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with erf from Abramowitz & Stegun 7.1.26 (|error| of
+    erf <= 1.5e-7, about one fp32 ulp of 1) instead of libdevice's erff: one polynomial with immediate
+    coefficients, one reciprocal, one exp2 (PTX: the approximate ``rcp``/``ex2`` instructions, one MUFU each;
+    else portable Triton ops, for the interpreter). The polynomial gives c = erfc(|x| / sqrt(2)) / 2 directly,
+    so GELU = max(x, 0) - |x| c has no cancellation for x < 0 and no select."""
+    d = 1.0 + 0.23164189906752 * tl.abs(x)   # 1 + p z, z = |x| / sqrt(2), p = 0.3275911
+    e = x * (x * -0.7213475204444817)          # -z^2 log2(e)
+    if PTX:
+        t = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [d], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+    else:
+        t = 1.0 / d
+    g = exp2_approx(e, PTX)
+    # A&S coefficients a1..a5 halved, so c = erfc(z) / 2 = Phi(-|x|)
+    p = t * (0.127414796 + t * (-0.142248368 + t * (0.7107068705 + t * (-0.7265760135 + t * 0.5307027145))))
+    c = p * g
+    # x >= 0: x - x c; x < 0: x c = -|x| c; both max(x, 0) - |x| c (one max and one fma, no select)
+    return tl.maximum(x, 0.0) - tl.abs(x) * c
 
 
 @triton.jit

@@ -118,7 +118,7 @@ def mm3_gluon(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
 
 @gluon.jit
 def _gelu_poly(x):
-    """GELU with the erf of Abramowitz & Stegun 7.1.26, as ``tl_helpers.gelu_erf_poly`` (PTX rcp / ex2)."""
+    """GELU with the erf of Abramowitz & Stegun 7.1.26, as ``bench.seqres.gemm_probe.gelu_erf_poly`` (PTX rcp / ex2)."""
     d = 1.0 + 0.23164189906752 * gl.abs(x)
     e = x * (x * -0.7213475204444817)
     t = gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [d], dtype=gl.float32, is_pure=True, pack=1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hardware counters of the GEMM probe's kernels (Nsight Compute, --clock-control none): one launch of each
-# selected configuration and of cuBLAS on one case's GEMM, for docs/seqres.md (session 8). GPU only.
+# selected configuration and of cuBLAS on one case's GEMM, for docs/seqres.md. GPU only.
 #   usage: bench/seqres/ncu_gemm_probe.sh OUT_DIR CASE GEMM CONFIG...
 #   e.g.:  bench/seqres/ncu_gemm_probe.sh $OUT 1 ffn1 ptr_64x128x32_s3 gl_64x128x32_s4
 # -> OUT_DIR/ncu_gemm_probe_caseN_GEMM.csv (one row per kernel launch and metric) and a summary .txt
