@@ -2,7 +2,7 @@
 two dumps: the proof that a change to the kernel or its host code left the published binaries alone.
 
     TRITON_DISABLE_LINE_INFO=1 python -m bench.seqres.ptx_diff dump OUT_DIR [--tune] [--raw DIR]
-    python -m bench.seqres.ptx_diff compare OLD_DIR NEW_DIR [--drop-unread-params]
+    python -m bench.seqres.ptx_diff compare OLD_DIR NEW_DIR [--drop-unread-params] [--only-common]
 
 ``dump`` compiles (no GPU needed, ``aot_check.compile_case``) every choice the published run made
 (``prepare_info`` of ``docs/results/h200/raw/{correctness,timing}/h200/case*/auto.json``: the tune choice, its
@@ -130,10 +130,14 @@ def dump(out: Path, raw: Path, with_tune: bool) -> None:
     (out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
 
 
-def compare(old: Path, new: Path, drop: bool) -> int:
-    a, b = json.loads((old / "index.json").read_text()), json.loads((new / "index.json").read_text())
+def compare(old: Path, new: Path, drop: bool, only_common: bool = False) -> int:
+    def index(d: Path) -> dict:  # (a dump still running has no index yet: its .ptx files so far)
+        f = d / "index.json"
+        return json.loads(f.read_text()) if f.exists() else {p.stem: {} for p in d.glob("*.ptx")}
+    a, b = index(old), index(new)
+    labels = sorted(set(a) & set(b) if only_common else set(a) | set(b))
     bad = 0
-    for label in sorted(set(a) | set(b)):
+    for label in labels:
         fa, fb = old / f"{label}.ptx", new / f"{label}.ptx"
         if not (fa.exists() and fb.exists()):
             why = (a.get(label) or {}).get("error") or (b.get(label) or {}).get("error") or "not dumped"
@@ -164,11 +168,12 @@ def main(argv=None) -> int:
     c.add_argument("old", type=Path)
     c.add_argument("new", type=Path)
     c.add_argument("--drop-unread-params", action="store_true")
+    c.add_argument("--only-common", action="store_true", help="compare the configurations both dumps hold")
     a = ap.parse_args(argv)
     if a.cmd == "dump":
         dump(a.out, a.raw, a.tune)
         return 0
-    return compare(a.old, a.new, a.drop_unread_params)
+    return compare(a.old, a.new, a.drop_unread_params, a.only_common)
 
 
 if __name__ == "__main__":
