@@ -11,7 +11,8 @@ the smoke cases on the defaults; ``--tune`` adds every tune candidate of ``confi
 1, 5, 6, 7, 9, 10, 11. The PTX is normalised: line info and debug sections dropped, the kernel's name replaced, and
 each parameter named after its kernel argument (``param:x_ptr``), so a dump of an older tree compares by name.
 ``compare`` reports per configuration identical / different / missing; ``--drop-unread-params`` ignores the
-declarations of parameters that the kernel never reads (an argument removed because it was dead).
+declarations of parameters that the kernel never reads (an argument removed because it was dead) and where among
+the instructions the parameter loads sit (each must still load the same parameter into the same register).
 The file imports nothing outside ``kernels`` besides ``aot_check``, so it also runs on an older checkout where
 ``aot_check`` lived in ``kernels/seqres`` (copy it there and run it as a script)."""
 from __future__ import annotations
@@ -99,13 +100,18 @@ def normalise(ptx: str, arg_names: list[str]) -> str:
 
 
 def drop_unread_params(text: str) -> str:
-    """Remove the declarations of parameters that no instruction reads."""
+    """Remove the declarations of parameters that no instruction reads, and move every parameter load (``ld.param``,
+    which has no other effect than filling its register) to the end of the text, sorted: with fewer parameters LLVM
+    places the entry block's loads elsewhere among the first instructions, into the same registers."""
     lines = text.splitlines()
     used = set(re.findall(r"\[(param:\w+)", text))
     keep = [ln for ln in lines if not (re.match(r"\s*\.param\s", ln) and
                                        (m := re.search(r"(param:\w+)", ln)) and m.group(1) not in used)]
     # the last kept declaration loses its comma only when the removed ones followed it: compare without commas
-    return "\n".join(re.sub(r",\s*$", "", ln) if ".param" in ln else ln for ln in keep) + "\n"
+    keep = [re.sub(r",\s*$", "", ln) if ".param" in ln else ln for ln in keep]
+    loads = sorted(ln.strip() for ln in keep if ln.lstrip().startswith("ld.param."))
+    rest = [ln for ln in keep if not ln.lstrip().startswith("ld.param.")]
+    return "\n".join(rest + ["// parameter loads:"] + loads) + "\n"
 
 
 def dump(out: Path, raw: Path, with_tune: bool) -> None:
