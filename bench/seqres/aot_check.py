@@ -37,9 +37,9 @@ def compile_case(case, params: dict, arch: int = 90):
             sig[n] = "*bf16"
         elif n in ("xhi_ptr", "xlo_ptr", "fhi_ptr", "flo_ptr") and meta["PRESPLIT"] == 1:
             sig[n] = "*bf16"
-        elif n in ("flags_ptr", "err_ptr"):
+        elif n in ("flags_ptr", "cnt_ptr", "err_ptr"):
             sig[n] = "*i32"
-        elif n in ("epoch", "spin_limit"):
+        elif n in ("epoch", "cepoch", "spin_limit"):
             sig[n] = "i32"
         elif n == "qk_scale":
             sig[n] = "fp32"

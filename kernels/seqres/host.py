@@ -43,7 +43,7 @@ def _block(want: int, extent: int, lo: int = 16) -> int:
 class SeqresPrepared:
     case: Case
     tensors: list            # weights in kernel argument order
-    scratch: dict            # io, qkv, x/f hi+lo: reused across calls (no input-dependent state survives a call)
+    scratch: dict            # a, qkv, f, x/f hi+lo: reused across calls (no input-dependent state survives a call)
     flags: torch.Tensor      # [n_groups, BLOCK_R] int32
     err: torch.Tensor        # [1] int32
     grid: tuple
@@ -54,6 +54,8 @@ class SeqresPrepared:
     spin_limit: int
     info: dict = field(default_factory=dict)
     epoch: int = 0
+    cnt: object = None       # [n_groups, NCNT] int32 row-block counters (meta LNF), else a 1-column dummy
+    cepoch: int = 0          # launches counted on cnt
     kernel: object = None    # the compiled kernel (CUDA; None: every launch goes through Triton's JIT dispatch)
     runner: object = None    # kernel[grid]: ``launch`` calls it with the runtime arguments + ``const_args``
     const_args: list = field(default_factory=list)  # the constexpr arguments in signature order (from ``S`` on)
@@ -452,13 +454,13 @@ def _weight_args(weights: Weights, meta: dict) -> list:
 
 
 def _scratch(case: Case, meta: dict, dev) -> dict:
-    """Scratch reused across calls (no input-dependent state survives a call): fp32 qkv [B*S, 3D] (q, k, v without
-    attn_presplit; attn_kv_split's softmax states), the split A operands x_hi/x_lo [B*S, D], f_hi/f_lo [B*S, 4D]
-    (bf16; fp32-held under the interpreter), and io [B*S, D] fp32, x and y's stand-in when compiling."""
+    """Scratch reused across calls (no input-dependent state survives a call): fp32 a, qkv, f, and the split A
+    operands x_hi/x_lo [B*S, D], f_hi/f_lo [B*S, 4D] (bf16; fp32-held under the interpreter)."""
     B, S, D = case.B, case.S, case.D
     f32 = dict(device=dev, dtype=torch.float32)
     sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
-    return dict(io=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
+    return dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
+                f=torch.empty(B * S, 4 * D, **f32),
                 x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
                 f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
 
@@ -466,7 +468,7 @@ def _scratch(case: Case, meta: dict, dev) -> dict:
 def _prepared(case: Case, tensors: list, scratch: dict, meta: dict, launch_opts: dict, info: dict,
               spin_limit: int) -> SeqresPrepared:
     """A SeqresPrepared for one schedule: flags, counters and trace sized for it."""
-    dev = scratch["io"].device
+    dev = scratch["a"].device
     n_groups = case.B // meta["SEQS_PER_PROGRAM"]
     n_bar = _barriers_per_launch(meta, case.L)
     # attn_kv_split: each group's [R, 2, BLOCK_Q] softmax states in the fp32 qkv scratch (free with attn_presplit;
@@ -476,6 +478,7 @@ def _prepared(case: Case, tensors: list, scratch: dict, meta: dict, launch_opts:
         case=case, tensors=tensors, scratch=scratch,
         flags=torch.zeros(n_groups, meta["BLOCK_R"] * (2 if meta["ATTN_KV_SPLIT"] else 1), device=dev,
                           dtype=torch.int32),
+        cnt=torch.zeros(1, device=dev, dtype=torch.int32),
         trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
                           dtype=torch.int64),
         err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
@@ -489,7 +492,7 @@ def _fit_to_device(p: SeqresPrepared, make, case: Case, n_sm: int, cps: int, par
     memory alone keeps the programs off the SM the attention's buffers shrink, otherwise the split shrinks until
     the grid fits the proven slots (R changes the binary: recheck). ``make(meta, launch, info)`` builds a new
     SeqresPrepared on the same weights and scratch."""
-    dev = p.scratch["io"].device
+    dev = p.scratch["a"].device
     over = dict(params)
     fit_smem = bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
     for _ in range(8):
@@ -529,15 +532,16 @@ def direct_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor) -> tuple:
     """``runtime_args`` as the direct launch passes them: x and y as tensors, the long-lived tensors between them
     and spin_limit as addresses (``static_pointers``, resolved once by prepare)."""
     args = runtime_args(p, x, y)
-    return (x, y, *(p.static_ptrs or static_pointers(p)), *args[-3:])
+    return (x, y, *(p.static_ptrs or static_pointers(p)), *args[-4:])
 
 
 def static_pointers(p: SeqresPrepared) -> tuple:
-    """The arguments of ``runtime_args`` between y and spin_limit (scratch, weights, flags, err, trace: tensors that
-    live as long as ``p`` and are never reallocated) as device addresses. Triton's launcher takes an int as a pointer
-    as it is, where a tensor costs a ``data_ptr()`` call and a driver query (``cuPointerGetAttribute``) per argument
-    (the launcher's host time fell from 14.5 to 10.5 µs per launch on case 5, docs/seqres.md)."""
-    args = runtime_args(p, p.scratch["io"], p.scratch["io"])[2:-3]
+    """The arguments of ``runtime_args`` between y and spin_limit (scratch, weights, flags, counters, err,
+    trace: tensors that live as long as ``p`` and are never reallocated) as device addresses. Triton's launcher
+    takes an int as a pointer as it is, where a tensor costs a ``data_ptr()`` call and a driver query
+    (``cuPointerGetAttribute``) per argument (~28 of them: the launcher's host time fell from 14.5 to 10.5 µs per
+    launch on case 5, docs/seqres.md)."""
+    args = runtime_args(p, p.scratch["a"], p.scratch["a"])[2:-4]
     return tuple(a.data_ptr() for a in args)
 
 
@@ -586,7 +590,7 @@ def smem_overflow_step(meta: dict, fit_smem: bool, err: OutOfResources, num_stag
 
 def _scratch_args(p: SeqresPrepared) -> tuple:
     s = p.scratch
-    return s["qkv"], s["x_hi"], s["x_lo"], s["f_hi"], s["f_lo"]
+    return s["a"], s["qkv"], s["f"], s["x_hi"], s["x_lo"], s["f_hi"], s["f_lo"]
 
 
 def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int | None = None) -> tuple:
@@ -596,7 +600,8 @@ def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int 
     (``direct_args``)."""
     if spin is None:
         spin = p.spin_limit if p.spin_limit > 0 else 2**31 - 1
-    return (x, y, *_scratch_args(p), *p.tensors, p.flags, p.err, p.trace, spin, p.epoch, p.qk_scale)
+    return (x, y, *_scratch_args(p), *p.tensors, p.flags, p.cnt, p.err, p.trace, spin, p.epoch, p.cepoch,
+            p.qk_scale)
 
 
 def compile_context(meta: dict):
@@ -612,7 +617,7 @@ def compile_context(meta: dict):
 
 def compile_only(p: SeqresPrepared):
     """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
-    x = p.scratch["io"]
+    x = p.scratch["a"]
     with compile_context(p.meta):
         k = _seqres_fwd.warmup(*runtime_args(p, x, x, spin=1), grid=p.grid, **p.meta, **p.launch)
     k._init_handles()
@@ -650,6 +655,7 @@ def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):
         with compile_context(p.meta):
             k = _seqres_fwd[p.grid](*runtime_args(p, x, y), **p.meta, **p.launch)
     p.epoch += p.barriers_per_launch
+    p.cepoch += 1
     return k
 
 

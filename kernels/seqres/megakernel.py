@@ -991,11 +991,13 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
 BARRIERS_PER_LAYER = tl.constexpr(7)
 
 
-@triton.jit(do_not_specialize=["epoch", "spin_limit"])
+@triton.jit(do_not_specialize=["epoch", "cepoch", "spin_limit"])
 def _seqres_fwd(
     x_ptr,                  # [B*S, D] fp32 input (read once)
     y_ptr,                  # [B*S, D] fp32 output; the residual stream during the pass
+    a_ptr,                  # unused
     qkv_ptr,                # [B*S, 3D] fp32 scratch: q | k | v (not ATTN_PRESPLIT); ATTN_KV_SPLIT's softmax states
+    f_ptr,                  # unused
     xhi_ptr, xlo_ptr,       # [B*S, D] split A operand (LN1, LN2, attention output): bf16 hi/lo parts
     fhi_ptr, flo_ptr,       # [B*S, 4D] split GELU(FFN1) (ATTN_PRESPLIT: also q | k | v in rows of 4D)
     ln1w_ptr, ln1b_ptr,     # [L, D]
@@ -1006,10 +1008,12 @@ def _seqres_fwd(
     w2_ptr, b2_ptr,         # [L, 8D, D], [L, D] (FFN2_SCHEME f16_w1: [L, 4D, D] fp16, one part)
     lnfw_ptr, lnfb_ptr,     # [D]
     flags_ptr,              # [n_groups, BLOCK_R (x2 with ATTN_KV_SPLIT)] int32, monotonic barrier flags
+    cnt_ptr,                # unused
     err_ptr,                # [1] int32, barrier timeout report: the flag value waited for
     trace_ptr,              # [grid, 2 * barriers + 2] int64 phase timestamps (TRACE; else unused)
     spin_limit,             # polls before a barrier gives up and reports (2**31 - 1: unbounded in practice)
     epoch,                  # flags value before this launch; barrier i waits for epoch + 1 + i
+    cepoch,                 # unused
     qk_scale,               # log2(e) / sqrt(DH)
     S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, L: tl.constexpr,  # the case (SPEC §3)
     SEQS_PER_PROGRAM: tl.constexpr, CAUSAL: tl.constexpr,
