@@ -995,7 +995,7 @@ BARRIERS_PER_LAYER = tl.constexpr(7)
 def _seqres_fwd(
     x_ptr,                  # [B*S, D] fp32 input (read once)
     y_ptr,                  # [B*S, D] fp32 output; the residual stream during the pass
-    a_ptr,                  # unused
+    a_ptr,                  # unused (the dead arguments are kept until the next published run: e62122d)
     qkv_ptr,                # [B*S, 3D] fp32 scratch: q | k | v (not ATTN_PRESPLIT); ATTN_KV_SPLIT's softmax states
     f_ptr,                  # unused
     xhi_ptr, xlo_ptr,       # [B*S, D] split A operand (LN1, LN2, attention output): bf16 hi/lo parts
