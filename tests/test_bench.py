@@ -216,7 +216,8 @@ def test_wgmma_passes_keep_the_flat_loop_asynchronous_on_sm90():
     not serialize the wgmma (its C7514 note), which it does for the same source compiled without the passes;
     ``wgmma_chain: async`` relaxes the waits between a step's chained dots (``wgmma.wait_group`` 1 and 2 in the
     PTX). Case 1's defaults, compiled for sm_90a without a GPU, in a subprocess without the interpreter."""
-    code = ("import contextlib, re\n"
+    code = ("import contextlib, os, re\n"
+            "os.environ['TRITON_ALWAYS_COMPILE'] = '1'  # the edits are not in Triton's cache key\n"
             "import kernels.seqres.host as host\n"
             "from bench.seqres.aot_check import compile_case, ptxas_info, wgmma_serialized\n"
             "from kernels.cases import load_case\n"

@@ -909,7 +909,7 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
     effective values ``host.prepare_meta`` derives); the options that drop a phase: LN_LOCAL (the QKV programs
     normalise their own rows: no LN1 phase), COPY_PHASE "fused" (layer 0's LN1 split came with the copy),
     ATTN_OPROJ (no oproj phase), FFN_FUSED (FFN1 and FFN2 in one phase)."""
-    SEG: tl.constexpr = S if ATTN_PACK > 1 else 0
+    PACK_SEQ: tl.constexpr = S if ATTN_PACK > 1 else 0
     M: tl.constexpr = SEQS_PER_PROGRAM * S
     NESTED: tl.constexpr = GEMM_LOOP == "nested"
     # the parts are bf16 (PRESPLIT 1: input_precision is ignored for them) or fp32-held bf16 values (interpreter)
@@ -951,13 +951,13 @@ def _layer_flat(y_ptr, qkv_ptr, xhi_ptr, xlo_ptr, fhi_ptr, flo_ptr,
         _attention_phase(fhi_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * ATTN_PACK, D, H, DH,
                          SEQS_PER_PROGRAM // ATTN_PACK, CAUSAL, PREC_LIN, SPLIT, BLOCK_Q, BLOCK_KV, BLOCK_DH, CACHE_MOD,
                          PRESPLIT, flo_ptr, PRESPLIT, ATTN_STAGES, ATTN_OPROJ, wo_ptr + l * (WEIGHT_ROWS * D * D),
-                         bo_ptr + l * D, y_ptr, WEIGHT_ROWS, BLOCK_N2, BLOCK_D, SEG, ATTN_KV_SPLIT, stat_ptr,
+                         bo_ptr + l * D, y_ptr, WEIGHT_ROWS, BLOCK_N2, BLOCK_D, PACK_SEQ, ATTN_KV_SPLIT, stat_ptr,
                          flags_ptr + BLOCK_R, bar + 2, spin_limit, err_ptr, AO_WEIGHTS)
     else:
         _attention_phase(qkv_ptr, xhi_ptr, xlo_ptr, row0, rank, qk_scale, S * ATTN_PACK, D, H, DH,
                          SEQS_PER_PROGRAM // ATTN_PACK, CAUSAL, PREC_ATTN, SPLIT, BLOCK_Q, BLOCK_KV, BLOCK_DH,
                          CACHE_MOD,
-                         PRESPLIT, None, 0, ATTN_STAGES, SEG=SEG)
+                         PRESPLIT, None, 0, ATTN_STAGES, PACK_SEQ=PACK_SEQ)
     _sync(flags_ptr, rank, bar + 2, err_ptr, spin_limit, SPLIT, BLOCK_R, BARRIER, trace_ptr, TRACE)
     if not ATTN_OPROJ:  # (ATTN_OPROJ: the attention tiles added their output projection into y)
         _linear_phase_flat(xhi_ptr, xlo_ptr, wo_ptr + l * (WEIGHT_ROWS * D * D), bo_ptr + l * D, y_ptr, y_ptr, y_ptr,
