@@ -10,7 +10,7 @@ Importable without Hydra or Snakemake. The public API::
     gate(y, ref).passed
 """
 from .cases import Case, list_cases, load_case
-from .gate import GateResult, gate
+from .gate import GateConfig, GateResult, default_gate_config, gate
 from .reference import model_forward, nn_encoder, reference_forward
 from .registry import Unsupported, Variant, get_variant, list_variants, register
 from .weights import LayerWeights, Weights, make_input, make_weights
@@ -18,7 +18,8 @@ from . import peers  # noqa: F401  (registers the peers)
 from . import families  # noqa: F401  (registers seqres, dag, hybrid, auto)
 
 __all__ = [
-    "Case", "list_cases", "load_case", "GateResult", "gate", "model_forward", "nn_encoder",
+    "Case", "list_cases", "load_case", "GateConfig", "GateResult", "default_gate_config", "gate", "model_forward",
+    "nn_encoder",
     "reference_forward", "Unsupported", "Variant", "get_variant", "list_variants", "register",
     "LayerWeights", "Weights", "make_input", "make_weights",
 ]

@@ -101,9 +101,10 @@ def _load_all() -> dict[str, Case]:
     return cases
 
 
-def list_cases(smoke: bool | None = None) -> list[str]:
-    """Case names, in file order; ``smoke=True/False`` filters."""
-    return [n for n, c in _load_all().items() if smoke is None or c.smoke == smoke]
+def list_cases(smoke: bool | None = None, family: str | None = None) -> list[str]:
+    """Case names, in file order; ``smoke=True/False`` and ``family`` (SPEC §3's column) filter."""
+    return [n for n, c in _load_all().items()
+            if (smoke is None or c.smoke == smoke) and (family is None or c.family == family)]
 
 
 def load_case(name_or_number: str | int) -> Case:

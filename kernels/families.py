@@ -2,25 +2,34 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .cases import FAMILIES, Case
-from .registry import Unsupported, Variant, get_variant, list_variants, register
+from .registry import IMPORT_ERRORS, Unsupported, Variant, get_variant, list_variants, register
 from .weights import Weights
 
-IMPORT_ERRORS: dict[str, str] = {}  # family -> why it failed to import (tests assert this stays empty)
+
+def _import_family(name: str) -> None:
+    """Import ``kernels.<name>`` (it registers its variants). A family folder that is absent is skipped; one that
+    fails to import (a missing dependency, e.g. a Triton without some language feature) is recorded in
+    ``IMPORT_ERRORS`` and reported by name, so the peers and the other families stay usable. Any other exception
+    is a bug in the family and propagates."""
+    try:
+        importlib.import_module(f"{__package__}.{name}")
+    except ImportError as e:
+        if isinstance(e, ModuleNotFoundError) and e.name == f"{__package__}.{name}":
+            return  # no such family (yet)
+        IMPORT_ERRORS[name] = f"{type(e).__name__}: {e}"
+        warnings.warn(f"kernel family {name!r} failed to import: {IMPORT_ERRORS[name]}", stacklevel=2)
+
 
 for _fam in FAMILIES:
-    try:
-        importlib.import_module(f"{__package__}.{_fam}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__package__}.{_fam}":  # the family exists but needs something missing
-            IMPORT_ERRORS[_fam] = f"{type(e).__name__}: {e}"
-    except Exception as e:  # a broken family must not take the peers down with it; it is reported instead
-        IMPORT_ERRORS[_fam] = f"{type(e).__name__}: {e}"
+    _import_family(_fam)
+
 
 def _auto_defaults() -> dict:
     """``config/variant/auto.yaml``'s params: the one source of ``auto``'s route (family -> variant)."""

@@ -1,12 +1,31 @@
-"""The numerical gate of SPEC §4: one function, used by pytest and by the correctness stage alike."""
+"""The numerical gate of SPEC §4: one function, used by pytest and by the correctness stage alike. Its
+tolerances, scales and seeds live in ``config/gate/default.yaml`` (``default_gate_config``)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import torch
+import yaml
 
-ATOL = 0.002
-RTOL = 0.02
+from .cases import config_dir
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    atol: float
+    rtol: float
+    scales: tuple[float, ...]  # input scales every output must pass at
+    seeds: tuple[int, ...]     # input seeds per scale
+
+
+@lru_cache(maxsize=None)
+def default_gate_config() -> GateConfig:
+    """``config/gate/default.yaml`` read with PyYAML (the file Hydra composes as ``gate``)."""
+    with open(config_dir() / "gate" / "default.yaml") as f:
+        d = yaml.safe_load(f)
+    return GateConfig(float(d["atol"]), float(d["rtol"]), tuple(float(s) for s in d["scales"]),
+                      tuple(int(s) for s in d["seeds"]))
 
 
 @dataclass(frozen=True)
@@ -28,8 +47,12 @@ def _fail(reason: str) -> GateResult:
     return GateResult(False, inf, inf, 1.0, None, inf, reason)
 
 
-def gate(out: torch.Tensor, ref: torch.Tensor, atol: float = ATOL, rtol: float = RTOL) -> GateResult:
-    """Pass iff same shape and dtype, all finite, and every element has |d| <= atol OR |d| <= rtol*|ref|."""
+def gate(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None, rtol: float | None = None) -> GateResult:
+    """Pass iff same shape and dtype, all finite, and every element has |d| <= atol OR |d| <= rtol*|ref|
+    (``atol``/``rtol`` default to ``default_gate_config()``)."""
+    cfg = default_gate_config()
+    atol = cfg.atol if atol is None else atol
+    rtol = cfg.rtol if rtol is None else rtol
     if not isinstance(out, torch.Tensor):
         return _fail(f"output is {type(out).__name__}, not a tensor")
     if out.shape != ref.shape:

@@ -40,6 +40,8 @@ class Variant:
 
 
 _REGISTRY: dict[str, Variant] = {}
+# family -> why it failed to import (``kernels.families`` fills it; tests assert it stays empty)
+IMPORT_ERRORS: dict[str, str] = {}
 
 
 def register(variant: Variant) -> Variant:
@@ -53,7 +55,6 @@ def get_variant(name: str) -> Variant:
     try:
         return _REGISTRY[name]
     except KeyError:
-        from .families import IMPORT_ERRORS
         hint = f" (family {name!r} failed to import: {IMPORT_ERRORS[name]})" if name in IMPORT_ERRORS else ""
         raise KeyError(f"unknown variant {name!r}{hint}; valid: {', '.join(list_variants())}") from None
 

@@ -162,13 +162,15 @@ def pick(median_ms: list, margin: float) -> int:
     return 0 if best != 0 and median_ms[best] > median_ms[0] * (1.0 - margin) else best
 
 
-def search(prepare_one: Callable[..., Any], time_one: Callable[[Any], float], params: dict, candidates: list[dict],
-           margin: float, known: set[str], rounds: int = 7,
+def search(prepare_one: Callable[..., Any], call: Callable[[Any, Any], Any], params: dict, candidates: list[dict],
+           margin: float, known: set[str], x, rounds: int = 7,
            skip: tuple = ()) -> tuple[Any, dict, list[tuple[dict, dict]]]:
-    """Prepare the parameters given and each candidate on top of them, time each ``rounds`` times (rounds
-    interleaved, alternating direction; ``time_one(prepared) -> ms``) and keep the fastest unless it beats the
-    parameters as given by less than ``margin`` (a fraction). Candidates that raise one of ``skip`` are left out
-    and recorded; the parameters as given must work. Returns (chosen, info, [(override, full params)])."""
+    """Prepare the parameters given and each candidate on top of them, time each ``rounds`` times on input ``x``
+    (``kernels.timing.time_calls``: L2 flushed, events around ``call(prepared, x)``, rounds interleaved; one
+    untimed call each first) and keep the fastest unless it beats the parameters as given by less than ``margin``
+    (a fraction). Candidates that raise one of ``skip`` are left out and recorded; the parameters as given must
+    work. Returns (chosen, info, [(override, full params)])."""
+    from .timing import time_calls
     sets, preps, skipped = [], [], []
     for i, over in enumerate([{}] + list(candidates)):
         unknown = sorted(set(over) - set(known))
@@ -184,12 +186,8 @@ def search(prepare_one: Callable[..., Any], time_one: Callable[[Any], float], pa
             continue
         sets.append((over, full))
         preps.append(p)
-    times = [[] for _ in preps]
-    for rnd in range(rounds):
-        order = range(len(preps)) if rnd % 2 == 0 else reversed(range(len(preps)))
-        for j in order:
-            times[j].append(time_one(preps[j]))
-    med = [statistics.median(t) for t in times]
+    times = time_calls({str(j): (lambda x, p=p: call(p, x)) for j, p in enumerate(preps)}, [x], rounds, warmup=1)
+    med = [statistics.median(times[str(j)]) for j in range(len(preps))]
     k = pick(med, margin)
     overs = [o for o, _ in sets]
     info = {"mode": "search", "candidates": overs, "median_ms": [round(m, 5) for m in med], "chosen": k,

@@ -6,8 +6,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-SCALES = [1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3]
-SEEDS = [0, 1]
+from kernels.gate import default_gate_config  # noqa: E402
+
+GATE = default_gate_config()  # config/gate/default.yaml: atol, rtol, scales, seeds
+SCALES = list(GATE.scales)
+SEEDS = list(GATE.seeds)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -18,7 +18,6 @@ import yaml
 
 from kernels import gate, get_variant, load_case, make_input, make_weights, reference_forward
 from kernels.cases import config_dir
-from kernels.gate import ATOL, RTOL
 from kernels.hybrid.act_split import act_split
 from kernels.hybrid.attention import attention
 from kernels.hybrid.gemm import linear, prepare_linear
@@ -30,7 +29,7 @@ from workflow.stages.correctness import check_variant
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SMOKE3 = load_case("smoke3")  # B=1 S=128 D=64 H=2 L=1 causal
-SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
+from conftest import GATE, SCALES, SEEDS  # noqa: E402
 
 
 def _unsplit(s: torch.Tensor, K: int):
@@ -221,7 +220,7 @@ def smoke3():
 def test_hybrid_passes_gate_on_smoke3(smoke3):
     """The correctness stage's own check: gate at 7 scales x 2 seeds, input untouched, no reuse/aliasing."""
     w, v, p = smoke3
-    r = check_variant(SMOKE3, w, v, p, list(SCALES), [0, 1], ATOL, RTOL, DEV)
+    r = check_variant(SMOKE3, w, v, p, SCALES, SEEDS, GATE.atol, GATE.rtol, DEV)
     assert r["passed"], f"{r['reason']} {r['worst']} {r['guards']}"
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import SCALES, SEEDS
-from kernels import gate, get_variant, list_variants, load_case, make_input, make_weights, reference_forward
+from kernels import gate, get_variant, list_cases, list_variants, load_case, make_input, make_weights, reference_forward
 
 PEERS = list_variants(kind="peer")
 
@@ -16,7 +16,7 @@ def test_the_peers_of_the_spec_are_registered():
     assert not get_variant("compile_default_tf32").gated_peer and get_variant("compile_default_fp32").gated_peer
 
 
-@pytest.mark.parametrize("name", ["smoke1", "smoke2", "smoke3"])
+@pytest.mark.parametrize("name", list_cases(smoke=True))
 @pytest.mark.parametrize("peer", PEERS)
 def test_peer_passes_the_gate_on_smoke_cases(peer, name):
     c = load_case(name)

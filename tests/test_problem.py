@@ -7,7 +7,7 @@ import torch
 from kernels import list_cases, load_case, make_input, make_weights, nn_encoder, reference_forward
 from kernels.reference import nn_forward
 
-SMOKE = ["smoke1", "smoke2", "smoke3"]
+SMOKE = list_cases(smoke=True)
 
 
 def test_case_table_has_14_cases_and_3_smoke_cases():

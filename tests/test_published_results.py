@@ -24,16 +24,6 @@ def test_peers_table_flags_a_failing_fp32_peer(tmp_path):
     assert "case05 eager_sdpa: fp32 peer FAILS the gate" in text
 
 
-def test_readme_headline_is_the_quick_reports_headline():
-    report = (RESULTS / "quick" / "report.md").read_text()
-    readme = Path(REPO, "README.md").read_text()
-    headline = report.split("## Headline", 1)[1].split("\n\n", 2)[1]  # the table under the heading
-    assert headline.startswith("| comparison") and headline in readme
-    per_case = report.split("## Per case x variant", 1)[1].split("\n\n", 2)[1]
-    auto_rows = [l for l in per_case.splitlines() if "| auto |" in l]
-    assert len(auto_rows) == 4 and all(row in readme for row in auto_rows)
-
-
 def test_readme_family_results_are_the_family_reports():
     readme = Path(REPO, "README.md").read_text()
     for family, n in (("seqres", 7), ("hybrid", 3)):

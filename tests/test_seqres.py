@@ -17,23 +17,11 @@ from kernels.seqres import interpreting  # noqa: E402
 from kernels.seqres.host import prepare_meta  # noqa: E402
 from kernels.seqres.megakernel import (_attention_block, _ffn_fused_phase, _kv_merge_scale,  # noqa: E402
                                        _linear_phase_flat)
-from kernels.common.tl_helpers import gelu_erf_poly, gelu_log2poly, layernorm_stats, layernorm_stats_chunked  # noqa: E402
-from kernels.gate import ATOL, RTOL  # noqa: E402
+from kernels.common.tl_helpers import gelu_log2poly  # noqa: E402
 from workflow.stages.correctness import check_variant  # noqa: E402
+from conftest import GATE, SCALES  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-@triton.jit
-def _stats_diff_kernel(x, o_mean, o_rstd, M: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, CH: tl.constexpr):
-    offs = tl.arange(0, BM)
-    mm = offs < M
-    m1, r1 = layernorm_stats(x, offs, mm, D, D, BM, 16, 1e-5, "")
-    m2, r2 = layernorm_stats_chunked(x, offs, mm, D, D, BM, CH, 1e-5, "")
-    tl.store(o_mean + offs, m1 - m2, mask=mm)
-    tl.store(o_rstd + offs, (r1 - r2) / r1, mask=mm)
-
-
-SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 
 needs_backend = pytest.mark.skipif(
     not (interpreting() or torch.cuda.is_available()),
@@ -54,7 +42,7 @@ def _check(case, params, scales, seeds):
     dev = torch.device(_device())
     w = make_weights(case, device=dev)
     v = get_variant("seqres")
-    r = check_variant(case, w, v, v.prepare(case, w, **params), list(scales), list(seeds), ATOL, RTOL, dev)
+    r = check_variant(case, w, v, v.prepare(case, w, **params), list(scales), list(seeds), GATE.atol, GATE.rtol, dev)
     assert r["passed"], f"{case.name} {params}: {r['reason']} {r['worst']} {r['guards']}"
 
 
@@ -76,36 +64,21 @@ def test_attn_pack_keeps_sequences_apart(causal):
                       attn_oproj=True, ffn_fused=True), (1.0,), (1,))
 
 
-def test_acc_reset_select_passes_gate():
-    """``acc_reset: select`` (session 13): the flat loop zeroes its accumulator by a select at a tile's first K step
-    instead of in the epilogue branch; the odd shape (ragged tiles, several tiles per phase) at the extreme scales."""
-    _check(odd_case(True), dict(acc_reset="select"), (1e-3, 1.0, 1e3), (0,))
-    assert prepare_meta(odd_case(True), n_sm=132, acc_reset="select")[0]["ARS"] == 1
-    with pytest.raises(ValueError, match="acc_reset"):
-        prepare_meta(odd_case(True), n_sm=132, acc_reset="wait")
-
-
-def test_acc_reset_branch_and_wgmma_chain_wait_pass_gate():
-    """``acc_reset: branch`` with ``wgmma_chain: wait`` (the defaults before session 15; ``flag`` and ``async`` are the
-    same source compiled with two edits of Triton's sm_90 pipeline, which the interpreter does not run, so there the
-    defaults run this code too): the odd shape at the extreme scales, and the options' validation."""
-    _check(odd_case(True), dict(acc_reset="branch", wgmma_chain="wait"), (1e-3, 1e3), (1,))
-    meta = prepare_meta(odd_case(True), n_sm=132, acc_reset="branch", wgmma_chain="wait")[0]
-    assert (meta["ARS"], meta["WCH"]) == (0, 0)
-    meta = prepare_meta(odd_case(True), n_sm=132)[0]
-    assert (meta["ARS"], meta["WCH"]) == (2, 1)  # the defaults: flag, async
-    with pytest.raises(ValueError, match="wgmma_chain"):
-        prepare_meta(odd_case(True), n_sm=132, wgmma_chain="relaxed")
+def test_wgmma_chain_reaches_the_kernel_and_is_validated():
+    """``wgmma_chain`` (wait | async) is an edit of Triton's sm_90 pipeline, which the interpreter does not run: it
+    reaches the kernel as a constexpr (so the two binaries have different cache keys), and bad values name the
+    choices."""
+    assert prepare_meta(odd_case(True), n_sm=132, wgmma_chain="wait")[0]["WGMMA_CHAIN"] == "wait"
+    assert prepare_meta(odd_case(True), n_sm=132)[0]["WGMMA_CHAIN"] == "async"  # the default
+    with pytest.raises(ValueError, match="wgmma_chain.*wait.*async"):
+        prepare_meta(odd_case(True), n_sm=132, wgmma_chain="overlap")
 
 
 def test_attn_pack_is_validated():
     with pytest.raises(ValueError, match="attn_pack"):
         prepare_meta(odd_case(True), n_sm=132, attn_pack=3, seqs_per_program=2)
-    with pytest.raises(ValueError, match="attn_pack"):
-        prepare_meta(odd_case(True), n_sm=132, attn_pack=2, seqs_per_program=2, gemm_loop="tiled",
-                     presplit_rows=3)
     m, _, _ = prepare_meta(load_case("case06"), n_sm=132, attn_pack=2, seqs_per_program=4)
-    assert m["APK"] == 2 and m["BQ"] == 32 and m["BKV"] == 32  # case 6: 16-row sequences, 32-row packs
+    assert m["ATTN_PACK"] == 2 and m["BLOCK_Q"] == 32 and m["BLOCK_KV"] == 32  # case 6: 16-row sequences, 32-row packs
 
 
 @needs_backend
@@ -120,31 +93,22 @@ def test_odd_shape_passes_gate(causal):
     dict(flag_barrier=True, spin_limit=10),                       # the flag protocol path, R == 1
     dict(seqs_per_program=2, block_m_ln=8),                       # two sequences per program
     dict(block_n=32, block_k=16, block_q=16, block_kv=16),        # several tiles / key blocks per phase
-    dict(gemm_loop="tiled", presplit_rows=3, fast_layers=1, prec_fast="tf32", presplit_weights=False),  # per-layer precision split compiles/runs
-    dict(gemm_loop="tiled", presplit_rows=3, ln_stats="chunked", ln_chunk=16, tile_order="blocked", block_n=16),  # one-round LN stats, cached
-    dict(gemm_loop="tiled", presplit_rows=3, ln_stats="chunked", ln_chunk=32, tile_order="blocked", seqs_per_program=2, block_m=16),
-    dict(gemm_loop="tiled", presplit_rows=3, presplit_weights=False, tile_order="strided", num_stages=2),  # fp32 weights, split in the dot (bf16x3)
-    dict(gemm_loop="tiled", presplit_rows=3, block_k=16, presplit_weights=True),                      # presplit dots, several K steps
-    dict(gemm_loop="flat", presplit_rows=3, flag_barrier=True, spin_limit=10),  # flat loops, hi/lo/hi weight rows
-    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2, gelu="poly"),  # several tiles and K steps
-    dict(gemm_loop="flat", presplit_rows=2, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),  # hi, lo rows
+    dict(gemm_loop="flat", block_n=16, block_k=16, block_m_ln=8, seqs_per_program=2),  # several tiles and K steps
+    dict(gemm_loop="flat", block_n=16, block_k=16, flag_barrier=True, spin_limit=10, num_stages=2),
     dict(gemm_loop="flat", stream_k=True, attn_presplit=True, block_n=16, block_k=16, block_q=16, block_kv=16,
-         gelu="poly", attn_stages=1),
+         attn_stages=1),
     dict(gemm_loop="nested", stream_k=True, block_n=16, block_k=16, flag_barrier=True, spin_limit=10),
+    dict(attn_presplit=False, block_q=16, block_kv=16, prec_attn="ieee"),  # attention on fp32 q, k, v
     dict(barrier="counter", flag_barrier=True, spin_limit=10, seqs_per_program=2, block_m_ln=8),
     dict(ffn_fused=True),  # 4D = 192 hidden columns in 128-wide chunks: a ragged last chunk
-    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10, gelu="poly"),
-    dict(ffn_fused=True, gemm_loop="nested", gelu="libdevice", seqs_per_program=2, block_m_ln=8),
+    dict(ffn_fused=True, block_h=32, block_n2=16, block_k=16, block_m=16, flag_barrier=True, spin_limit=10),
+    dict(ffn_fused=True, gemm_loop="nested", seqs_per_program=2, block_m_ln=8),
     dict(attn_oproj=True),  # D = 48 in 64-wide column blocks, 3 heads: head 0 adds the bias
     dict(attn_oproj=True, ao_weights="late"),  # the projection in one 64-wide block (D = 48: masked columns)
     dict(attn_oproj=True, ffn_fused=True, ao_weights="early", block_q=16, block_kv=16, seqs_per_program=2,
          block_m_ln=8),
     dict(attn_oproj=True, ffn_fused=True, block_q=16, block_kv=16, block_n2=16, flag_barrier=True, spin_limit=10),
-    dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", presplit_rows=3, attn_stages=1),
-    dict(attn_oproj=True, ffn_fused=True, ln_fold=True),
-    dict(attn_oproj=True, ffn_fused=True, ln_fold=True, block_q=16, block_kv=16, block_n2=16, block_h=64, block_m=16,
-         flag_barrier=True, spin_limit=10),
-    dict(attn_oproj=True, ffn_fused=True, ln_fold=True, seqs_per_program=2, gemm_loop="nested", block_m_ln=8),
+    dict(attn_oproj=True, ffn_fused=True, gemm_loop="nested", attn_stages=1),
     # ln_local: LN1 in the QKV programs (D = 48 in a 64-wide register A operand: masked columns)
     dict(attn_oproj=True, ffn_fused=True, ln_local="qkv", gemm_loop="nested", block_n_wide=16, flag_barrier=True,
          spin_limit=10),
@@ -154,14 +118,13 @@ def test_odd_shape_passes_gate(causal):
     # attn_pack: the group's 2 sequences in one attention tile (24 rows, block-diagonal causal mask)
     dict(attn_pack=2, seqs_per_program=2, gemm_loop="nested", attn_oproj=True, ffn_fused=True, block_m_ln=8),
     dict(attn_pack=2, seqs_per_program=2, attn_presplit=False, block_kv=16, block_m_ln=8),
-    # FFN2 on three bf16 products (the default since session 19 is f16_w1: fp16 A parts, W2 in fp16 once)
+    # FFN2 on three bf16 products (the default is f16_w1: fp16 A parts, W2 in fp16 once)
     dict(ffn2_scheme="bf16x3", block_n=16, block_k=16),
     dict(ffn2_scheme="bf16x3", ffn_fused=True, attn_oproj=True, gemm_loop="nested"),
-], ids=["flags", "G2", "small-tiles", "fast-last-layer", "chunked-blocked", "chunked-blocked-G2", "fp32-weights",
-        "presplit-k16", "flat", "flat-small-tiles", "flat-hl", "flat-sk-attn-presplit", "nested-sk",
-        "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2", "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2",
-        "attn-oproj-ffn-fused-small", "attn-oproj-ffn-fused-nested-3rows", "ln-fold", "ln-fold-small-tiles",
-        "ln-fold-G2-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
+], ids=["flags", "G2", "small-tiles", "flat-small-tiles", "flat-flags-2-stages", "flat-sk-attn-presplit",
+        "nested-sk", "attn-unsplit", "counter-barrier", "ffn-fused", "ffn-fused-small-tiles", "ffn-fused-nested-G2",
+        "attn-oproj", "attn-oproj-w-late", "attn-oproj-w-early-G2", "attn-oproj-ffn-fused-small",
+        "attn-oproj-ffn-fused-nested", "ln-local-qkv", "ln-local-qkv-unfused-G2", "copy-separate",
         "attn-pack2-fused", "attn-pack2-unsplit", "ffn2-bf16x3", "ffn2-bf16x3-fused-nested"])
 def test_schedules_pass_gate(params):
     _check(odd_case(True), params, (1e-2, 1e2), (1,))
@@ -199,15 +162,14 @@ def test_output_depends_on_input_and_is_fresh():
 @needs_backend
 def test_flag_epochs_match_barrier_count():
     """The flag protocol's bookkeeping: after each launch every program's flag holds the last barrier
-    target, which is the host's next epoch (7 L barriers per launch with the flat loops, whose copy phase shares
-    layer 0's LN1 barrier, 1 + 7 L with a separate copy phase, 1 + 5 L with the tiled loops), so flags only grow
-    and no reset launch is needed; near the int32 limit the host zeroes them."""
+    target, which is the host's next epoch (7 L barriers per launch when the copy phase shares layer 0's LN1
+    barrier, 1 + 7 L with a separate copy phase), so flags only grow and no reset launch is needed; near the int32
+    limit the host zeroes them."""
     from kernels.seqres import host
     c = odd_case(False)
     dev = _device()
     w = make_weights(c, device=dev)
     v = get_variant("seqres")
-    assert v.prepare(c, w, gemm_loop="tiled", presplit_rows=3).barriers_per_launch == 1 + 5 * c.L
     # (one program per group here: the counter also ends at the epoch; counter_t0 runs as counter with atomic polls in
     # the interpreter, which has no inline PTX)
     for barrier in ("flags", "counter", "counter_t0"):
@@ -227,15 +189,6 @@ def test_flag_epochs_match_barrier_count():
     p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, flag_barrier=True, spin_limit=10)
     v.run(p, make_input(c, 1.0, 0, device=dev))
     assert p.epoch == 5 * c.L and torch.all(p.flags[:, 0] == p.epoch) and int(p.err.item()) == 0
-    # ln_fold drops both LayerNorm phases (1 + 3 L); its row-block counters grow by H per layer (attention:
-    # one per head) and by the hidden chunks per layer (FFN), per launch
-    p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_fold=True, flag_barrier=True, spin_limit=10)
-    for n in (1, 2):
-        v.run(p, make_input(c, 1.0, n, device=dev))
-        assert p.epoch == n * (1 + 3 * c.L) and p.cepoch == n and int(p.err.item()) == 0
-        nqb = c.S // p.meta["BQ"] + (c.S % p.meta["BQ"] > 0)
-        nc = -(-4 * c.D // p.meta["BH"])
-        assert torch.all(p.cnt[:, :nqb] == n * c.L * c.H) and torch.all(p.cnt[:, nqb:] == n * c.L * nc)
     # ln_local drops the LN1 phase: 1 + 4 L with the fusions (its copy phase keeps its barrier: there is no LN1
     # pass to share it with)
     p = v.prepare(c, w, attn_oproj=True, ffn_fused=True, ln_local="qkv", flag_barrier=True, spin_limit=10)
@@ -259,26 +212,13 @@ def test_schedule_respects_co_residency():
     interpreter (programs run one after another there)."""
     c = load_case(11)  # B=16
     meta, _, info = prepare_meta(c, n_sm=132, split=0)
-    assert meta["R"] == 8 and info["grid"] == 128 and meta["FLAGS"]
+    assert meta["SPLIT"] == 8 and info["grid"] == 128 and meta["BARRIER"]
     meta, _, info = prepare_meta(c, n_sm=132, split=16)
-    assert meta["R"] == 1 and "split_note" in info  # 256 programs > 132 SMs
+    assert meta["SPLIT"] == 1 and "split_note" in info  # 256 programs > 132 SMs
     meta, _, info = prepare_meta(c, n_sm=132, interpret=True, split=0)
-    assert meta["R"] == 1 and not meta["FLAGS"]
+    assert meta["SPLIT"] == 1 and not meta["BARRIER"]
     meta, _, _ = prepare_meta(load_case(6), n_sm=132, seqs_per_program=0)
-    assert meta["G"] == 1 or 256 // meta["G"] <= 2 * 132
-
-
-@needs_backend
-def test_chunked_layernorm_stats_match_two_pass():
-    """layernorm_stats_chunked (one round of loads, Chan's combination) == layernorm_stats, incl. a ragged
-    last chunk and rows far from zero mean, at 1e-3 and 1e3 scales."""
-    dev = _device()
-    for D, CH in ((40, 16), (48, 32), (128, 64)):
-        for scale in (1e-3, 1e3):
-            x = ((torch.randn(12, D) + 3.0) * scale).to(dev)
-            dm, dr = torch.zeros(12, device=dev), torch.zeros(12, device=dev)
-            _stats_diff_kernel[(1,)](x, dm, dr, 12, D, 16, CH)
-            assert float(dm.abs().max()) <= 1e-6 * scale * 4 and float(dr.abs().max()) <= 1e-6
+    assert meta["SEQS_PER_PROGRAM"] == 1 or 256 // meta["SEQS_PER_PROGRAM"] <= 2 * 132
 
 
 def test_presplit_weights_are_bf16_hi_lo():
@@ -288,8 +228,6 @@ def test_presplit_weights_are_bf16_hi_lo():
     hi, lo = _split_bf16(w, as_fp32=True)
     assert torch.equal(hi, hi.to(torch.bfloat16).float()) and torch.equal(lo, lo.to(torch.bfloat16).float())
     assert float(((hi + lo) - w).abs().max() / w.abs().max()) < 2 ** -16
-    with pytest.raises(ValueError):
-        prepare_meta(load_case("smoke1"), n_sm=132, presplit_weights=True, prec_o="tf32x3")
 
 
 @needs_backend
@@ -302,14 +240,14 @@ def test_ffn_f16_w1_computes_the_two_product_scheme(params, gemm):
     times the weight rounded to fp16 once: the kernel's output lies close to the float64 emulation of that scheme
     (``precision_probe``), far closer than the emulations of f16_w1 and bf16x3 lie to each other (a kernel still on
     bf16x3 weights, or rounding A too, fails)."""
-    from kernels.seqres.precision_probe import forward
+    from bench.seqres.precision_probe import forward
     case = odd_case(False)
     w = make_weights(case, device=_device())
     v = get_variant("seqres")
     on = {"ffn1", "ffn2"} if gemm == "both" else {gemm}
     schemes = {g: "f16_w1" if g in on else "bf16x3" for g in ("ffn1", "ffn2")}
     p = v.prepare(case, w, **dict(params, **{f"{g}_scheme": sc for g, sc in schemes.items()}))
-    assert (p.meta["F2H"], p.meta["F1H"]) == (int("ffn2" in on), int("ffn1" in on))
+    assert (p.meta["FFN2_SCHEME"], p.meta["FFN1_SCHEME"]) == (schemes["ffn2"], schemes["ffn1"])
     x = make_input(case, 1.0, 1, device=_device())
     y = v.run(p, x).double().cpu()
     flat = [t.cpu() for t in w.flat()]
@@ -324,13 +262,7 @@ def test_ffn_f16_w1_computes_the_two_product_scheme(params, gemm):
 def test_ffn2_scheme_is_validated():
     with pytest.raises(ValueError, match="bf16x3.*f16_w1"):
         prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="fp16")
-    with pytest.raises(ValueError, match="ffn1_scheme=bf16x3"):  # ln_fold writes LN2's split in bf16
-        prepare_meta(load_case("smoke1"), n_sm=132, ffn1_scheme="f16_w1", attn_oproj=True, ffn_fused=True,
-                     ln_fold=True)
-    meta, _, info = prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1", gemm_loop="tiled",
-                                 presplit_rows=3)
-    assert meta["F2H"] == 0 and "ffn2_scheme_note" in info  # the tiled loop keeps bf16x3
-    assert prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1")[0]["F2H"] == 1
+    assert prepare_meta(load_case("smoke1"), n_sm=132, ffn2_scheme="f16_w1")[0]["FFN2_SCHEME"] == "f16_w1"
 
 
 def test_ffn1_scheme_case_reads_the_case_config():
@@ -339,20 +271,14 @@ def test_ffn1_scheme_case_reads_the_case_config():
     import dataclasses
     plain = load_case("smoke1")
     two = dataclasses.replace(plain, schemes=(("ffn1", "f16_w1"),))
-    assert prepare_meta(plain, n_sm=132, ffn1_scheme="case")[0]["F1H"] == 0
+    assert prepare_meta(plain, n_sm=132, ffn1_scheme="case")[0]["FFN1_SCHEME"] == "bf16x3"
     meta, _, info = prepare_meta(two, n_sm=132, ffn1_scheme="case")
-    assert meta["F1H"] == 1 and info["ffn1_scheme"] == "f16_w1"
-    assert prepare_meta(two, n_sm=132, ffn1_scheme="bf16x3")[0]["F1H"] == 0
+    assert meta["FFN1_SCHEME"] == "f16_w1" and info["ffn1_scheme"] == "f16_w1"
+    assert prepare_meta(two, n_sm=132, ffn1_scheme="bf16x3")[0]["FFN1_SCHEME"] == "bf16x3"
     with pytest.raises(ValueError, match="from the case config"):
         prepare_meta(dataclasses.replace(plain, schemes=(("ffn1", "fp8"),)), n_sm=132, ffn1_scheme="case")
     with pytest.raises(ValueError, match="the GEMMs are"):
         dataclasses.replace(plain, schemes=(("ffn3", "f16_w1"),))
-    # where the configuration cannot run the case's f16_w1 (ln_fold), the case's preference gives way to bf16x3;
-    # asked for explicitly, it is refused
-    meta, _, info = prepare_meta(two, n_sm=132, ffn1_scheme="case", attn_oproj=True, ffn_fused=True, ln_fold=True)
-    assert meta["F1H"] == 0 and info["ffn1_scheme"] == "bf16x3" and "ffn1_scheme_note" in info
-    with pytest.raises(ValueError, match="ffn1_scheme=bf16x3"):
-        prepare_meta(two, n_sm=132, ffn1_scheme="f16_w1", attn_oproj=True, ffn_fused=True, ln_fold=True)
 
 
 def test_occupancy_limit_used_for_co_residency():
@@ -375,32 +301,28 @@ def test_gate_catches_a_wrong_kernel():
 
 def test_smem_fit_shrinks_the_attention_buffers_only_when_shared_memory_is_the_limit():
     from kernels.seqres.host import smem_fit_step
-    meta = dict(BQ=64, BKV=64)
+    meta = dict(BLOCK_Q=64, BLOCK_KV=64, ATTN_PRESPLIT=False, ATTN_STAGES=0)
     # 255 regs x 4 warps allow 2 programs per SM; 128 KiB of shared memory allows 1 (H200 case 9 at BQ 64)
     assert smem_fit_step(meta, 255, 131072, 4, occ=1, cps=2) == dict(block_q=32, block_kv=32)
     assert smem_fit_step(meta, 255, 61952, 4, occ=2, cps=2) is None          # already fits
     assert smem_fit_step(meta, 255, 131072, 8, occ=1, cps=2) is None         # registers are the limit
-    assert smem_fit_step(dict(BQ=16, BKV=16), 255, 131072, 4, occ=1, cps=2) is None  # tile at its floor
-    # the flat loops' pre-split attention pipelined 3 deep (case 9's defaults): 2 stages first, the tiles kept;
-    # at 2 stages (or fewer), the tile halved
-    flat = dict(meta, FLAT=1, AS=True)
-    assert smem_fit_step(dict(flat, AST=0), 255, 155648, 4, occ=1, cps=2, num_stages=3) == dict(attn_stages=2)
-    assert smem_fit_step(dict(flat, AST=3), 255, 155648, 4, occ=1, cps=2, num_stages=2) == dict(attn_stages=2)
-    assert smem_fit_step(dict(flat, AST=2), 255, 131072, 4, occ=1, cps=2) == dict(block_q=32, block_kv=32)
-    assert smem_fit_step(dict(flat, AST=0), 255, 131072, 4, occ=1, cps=2, num_stages=2) == dict(block_q=32, block_kv=32)
+    assert smem_fit_step(dict(meta, BLOCK_Q=16, BLOCK_KV=16), 255, 131072, 4, occ=1, cps=2) is None  # at its floor
+    # the pre-split attention pipelined 3 deep (case 9's defaults): 2 stages first, the tiles kept; at 2 stages (or
+    # fewer), the tile halved
+    split = dict(meta, ATTN_PRESPLIT=True)
+    assert smem_fit_step(dict(split, ATTN_STAGES=0), 255, 155648, 4, occ=1, cps=2, num_stages=3) == dict(attn_stages=2)
+    assert smem_fit_step(dict(split, ATTN_STAGES=3), 255, 155648, 4, occ=1, cps=2, num_stages=2) == dict(attn_stages=2)
+    assert smem_fit_step(dict(split, ATTN_STAGES=2), 255, 131072, 4, occ=1, cps=2) == dict(block_q=32, block_kv=32)
+    assert smem_fit_step(dict(split, ATTN_STAGES=0), 255, 131072, 4, occ=1, cps=2, num_stages=2) == dict(block_q=32,
+                                                                                                        block_kv=32)
 
 
 def test_attn_fill_gives_every_program_an_attention_tile():
     c = load_case("case11")  # B 16, S 256, H 2: 16 groups of R programs; 4 query blocks of 64 per head
-    base = prepare_meta(c, n_sm=132, n_slots=264, split=16, attn_fill=False)[0]["BQ"]
-    filled = prepare_meta(c, n_sm=132, n_slots=264, split=16, attn_fill=True)[0]["BQ"]
+    base = prepare_meta(c, n_sm=132, n_slots=264, split=16, attn_fill=False)[0]["BLOCK_Q"]
+    filled = prepare_meta(c, n_sm=132, n_slots=264, split=16, attn_fill=True)[0]["BLOCK_Q"]
     assert (base, filled) == (64, 32)  # 2 heads x 8 query blocks = 16 tiles for 16 programs
-    assert prepare_meta(c, n_sm=132, n_slots=1024, split=64, attn_fill=True)[0]["BQ"] == 16  # floor
-
-
-def test_two_row_presplit_needs_the_flat_loop():
-    with pytest.raises(ValueError, match="presplit_rows"):
-        prepare_meta(load_case("smoke1"), n_sm=132, presplit_rows=2, gemm_loop="tiled")
+    assert prepare_meta(c, n_sm=132, n_slots=1024, split=64, attn_fill=True)[0]["BLOCK_Q"] == 16  # floor
 
 
 @pytest.mark.parametrize("n,R,want", [(3 * 384, 8, 64),    # case 7 QKV: 9 tiles of 128 over 8 programs idle most
@@ -437,11 +359,6 @@ def test_bad_auto_parameters_name_the_valid_values(bad):
         prepare_meta(load_case("smoke1"), n_sm=132, **bad)
 
 
-def test_flat_gemm_loop_needs_presplit_weights():
-    with pytest.raises(ValueError, match="presplit_weights"):
-        prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flat", presplit_weights=False)
-
-
 @needs_backend
 def test_flat_gemm_loop_passes_gate_on_smoke1_at_every_scale():
     _check(load_case("smoke1"), dict(gemm_loop="flat"), SCALES, (0, 1))
@@ -457,36 +374,21 @@ def test_attn_oproj_with_ffn_fused_passes_gate_on_smoke1_at_every_scale():
     _check(load_case("smoke1"), dict(attn_oproj=True, ffn_fused=True), SCALES, (0, 1))
 
 
-@needs_backend
-def test_ln_fold_passes_gate_on_smoke1_at_every_scale():
-    """(check_variant launches the same prepared kernel once per scale and seed: the row-block counters'
-    targets must follow the launch count, or a row block's LayerNorm is skipped and the gate fails)"""
-    _check(load_case("smoke1"), dict(attn_oproj=True, ffn_fused=True, ln_fold=True), SCALES, (0, 1))
-
-
-def test_ln_fold_needs_both_fusions():
-    with pytest.raises(ValueError, match="attn_oproj=true and ffn_fused=true"):
-        prepare_meta(load_case("smoke1"), n_sm=132, ln_fold=True, ffn_fused=True)
-    meta = prepare_meta(load_case("case11"), n_sm=132, ln_fold=True, ffn_fused=True, attn_oproj=True)[0]
-    assert meta["NCNT"] == -(-256 // meta["BQ"]) + 256 // meta["BM"]  # query blocks + FFN row blocks
-
-
 def test_ln_local_checks_its_preconditions():
     with pytest.raises(ValueError, match="D=256 > 128"):
         prepare_meta(load_case("case01"), n_sm=132, ln_local="qkv")
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("case10"), n_sm=132, ln_local="qkv", attn_presplit=False)
-    with pytest.raises(ValueError, match="false or qkv"):
+    with pytest.raises(ValueError, match=r"\[False, 'qkv'\]"):
         prepare_meta(load_case("case10"), n_sm=132, ln_local="all")
-    assert prepare_meta(load_case("case10"), n_sm=132, ln_local="qkv")[0]["LNL"] == 1
+    assert prepare_meta(load_case("case10"), n_sm=132, ln_local="qkv")[0]["LN_LOCAL"] is True
 
 
 def test_copy_phase_is_fused_only_with_an_ln1_pass_and_validated():
     meta = lambda name, **kw: prepare_meta(load_case(name), n_sm=132, **kw)[0]  # noqa: E731
-    assert meta("case01")["CPF"] == 1 and meta("case01", copy_phase="separate")["CPF"] == 0
-    assert meta("case10", ln_local="qkv")["CPF"] == 0  # no LN1 pass to carry the copy
-    assert meta("case01", attn_oproj=True, ffn_fused=True, ln_fold=True)["CPF"] == 0
-    assert meta("case01", gemm_loop="tiled", presplit_rows=3)["CPF"] == 0
+    assert meta("case01")["COPY_PHASE"] == "fused"
+    assert meta("case01", copy_phase="separate")["COPY_PHASE"] == "separate"
+    assert meta("case10", ln_local="qkv")["COPY_PHASE"] == "separate"  # no LN1 pass to carry the copy
     with pytest.raises(ValueError, match="fused.*separate"):
         meta("case01", copy_phase="merged")
 
@@ -506,7 +408,7 @@ def test_attn_loop_flat_restarts_the_softmax_per_tile(causal):
 def test_attn_loop_modes():
     """attn_loop: flat is refused with the fusions it does not implement, naming the fix; bad values name the modes."""
     meta = lambda **kw: prepare_meta(load_case("case01"), n_sm=132, **kw)[0]  # noqa: E731
-    assert meta()["AFL"] == 0 and meta(attn_loop="flat")["AFL"] == 1
+    assert meta()["ATTN_LOOP"] == "nested" and meta(attn_loop="flat")["ATTN_LOOP"] == "flat"
     for bad in (dict(attn_oproj=True), dict(attn_pack=2, seqs_per_program=2), dict(attn_presplit=False)):
         with pytest.raises(ValueError, match="attn_loop=nested"):
             meta(attn_loop="flat", **bad)
@@ -515,10 +417,11 @@ def test_attn_loop_modes():
 
 
 def test_ao_weights_modes():
-    """ao_weights picks the projection form only with attn_oproj (else 0), and names its modes on a bad value."""
+    """ao_weights picks the projection form only with attn_oproj (else loop), and names its modes on a bad value."""
     meta = lambda **kw: prepare_meta(load_case("case11"), n_sm=132, **kw)[0]  # noqa: E731
-    assert meta()["AOW"] == 0 and meta(ao_weights="late")["AOW"] == 0  # no attn_oproj: no projection in attention
-    assert [meta(attn_oproj=True, ao_weights=m)["AOW"] for m in ("loop", "late", "early")] == [0, 1, 2]
+    assert meta(ao_weights="late")["AO_WEIGHTS"] == "loop"  # no attn_oproj: no projection in attention
+    assert [meta(attn_oproj=True, ao_weights=m)["AO_WEIGHTS"] for m in ("loop", "late", "early")] == [
+        "loop", "late", "early"]
     with pytest.raises(ValueError, match="loop.*late.*early"):
         meta(attn_oproj=True, ao_weights="soon")
 
@@ -526,42 +429,37 @@ def test_ao_weights_modes():
 def test_attn_oproj_needs_presplit_attention_and_a_bool():
     with pytest.raises(ValueError, match="attn_presplit"):
         prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=True, attn_presplit=False)
-    with pytest.raises(ValueError, match="true or false"):
+    with pytest.raises(ValueError, match=r"attn_oproj=1.5 not in \[True, False\]"):
         prepare_meta(load_case("smoke1"), n_sm=132, attn_oproj=1.5)
     meta = prepare_meta(load_case("case06"), n_sm=132, attn_oproj=True)[0]
-    assert meta["AO"] and meta["R"] == 1 and meta["CM"] == ".cg"  # atomics into y: later loads from L2
+    assert meta["ATTN_OPROJ"] and meta["SPLIT"] == 1 and meta["CACHE_MOD"] == ".cg"  # atomics into y: loads from L2
 
 
-def test_flat_phase_names_follow_the_fusions():
-    from kernels.seqres.host import _barriers_per_layer, flat_phases
+def test_phase_names_follow_the_fusions():
+    from kernels.seqres.host import _barriers_per_layer, layer_phases
     for ao in (False, True):
         for ff in (False, True):
-            meta = dict(FLAT=1, AO=ao, FF=ff)
-            names = flat_phases(meta)
+            meta = dict(ATTN_OPROJ=ao, FFN_FUSED=ff, LN_LOCAL=False)
+            names = layer_phases(meta)
             assert len(names) == _barriers_per_layer(meta) == 7 - ao - ff
             assert ("oproj" in names) != ao and ("ffn" in names) == ff and ("ffn1" in names) != ff
-    meta = dict(FLAT=1, AO=True, FF=True, LNF=True)
-    assert flat_phases(meta) == ("qkv", "attn", "ffn") and _barriers_per_layer(meta) == 3
     for ff, names in ((True, ("qkv", "attn", "ln2", "ffn")), (False, ("qkv", "attn", "ln2", "ffn1", "ffn2"))):
-        meta = dict(FLAT=1, AO=True, FF=ff, LNL=1)
-        assert flat_phases(meta) == names and _barriers_per_layer(meta) == len(names)
+        meta = dict(ATTN_OPROJ=True, FFN_FUSED=ff, LN_LOCAL=True)
+        assert layer_phases(meta) == names and _barriers_per_layer(meta) == len(names)
 
 
-def test_ffn_fused_needs_a_flat_loop_and_a_bool():
-    with pytest.raises(ValueError, match="gemm_loop=flat"):
-        prepare_meta(load_case("smoke1"), n_sm=132, ffn_fused=True, gemm_loop="tiled", presplit_rows=3)
-    with pytest.raises(ValueError, match="true or false"):
+def test_ffn_fused_needs_a_bool():
+    with pytest.raises(ValueError, match=r"ffn_fused='yes' not in \[True, False\]"):
         prepare_meta(load_case("smoke1"), n_sm=132, ffn_fused="yes")
     meta = prepare_meta(load_case("case10"), n_sm=132, ffn_fused=True)[0]
-    assert meta["FF"] and meta["CM"] == ".cg" and (meta["BH"], meta["BN2"]) == (128, 64)
+    assert meta["FFN_FUSED"] and meta["CACHE_MOD"] == ".cg" and (meta["BLOCK_H"], meta["BLOCK_N2"]) == (128, 64)
 
 
 @triton.jit
 def _ffn_phase_kernel(xhi, xlo, w1, b1, w2, b2, y, M: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
                       BM: tl.constexpr, BH: tl.constexpr, BN2: tl.constexpr, BK: tl.constexpr):
     """One fused FFN phase shared by R programs (no barrier needed: one phase, atomics into y)."""
-    _ffn_fused_phase(xhi, xlo, w1, b1, w2, b2, y, 0, tl.program_id(0), M, D, 1, "ieee", 2, R, BM, BH, BN2, BK,
-                     "", 2)
+    _ffn_fused_phase(xhi, xlo, w1, b1, w2, b2, y, 0, tl.program_id(0), M, D, "ieee", 2, R, BM, BH, BN2, BK, "", 2)
 
 
 @pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
@@ -589,57 +487,30 @@ def test_ffn_fused_phase_adds_each_hidden_chunk_once(M, D, R, BH):
     assert err < 1e-4, f"max error {err}"
 
 
-@triton.jit
-def _ffn_phase_ln_kernel(xhi, xlo, w1, b1, w2, b2, y, cnt, lnw, lnb, M: tl.constexpr, D: tl.constexpr,
-                         R: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr):
-    """The fused FFN phase with ln_fold (not the last layer): the last item of each row block writes LN(y) of
-    its rows over the split A operand."""
-    NC: tl.constexpr = 4 * D // BH
-    _ffn_fused_phase(xhi, xlo, w1, b1, w2, b2, y, 0, tl.program_id(0), M, D, 1, "ieee", 2, R, BM, BH, 16, 16,
-                     "", 2, 1, cnt, NC, lnw, lnb, lnw, lnb, False, 8, BD)
-
-
-@pytest.mark.skipif(not interpreting(), reason="fp32-held split parts: the interpreter's layout (PRESPLIT 2)")
-@pytest.mark.parametrize("R", [1, 3, 8])
-def test_ffn_fused_ln_fold_normalises_each_row_block_once_complete(R):
-    """Items of 2 row blocks x 4 hidden chunks over R programs (in order, as the interpreter runs them): the
-    split operand must hold LN(y_final) on every row, written after the row block's last item read it."""
-    from kernels.common.split import split_hi_lo
-    M, D, BM, BH = 32, 16, 16, 16
-    F = 4 * D
-    g = torch.Generator().manual_seed(R)
-    a, w1, w2 = torch.randn(M, D, generator=g), torch.randn(D, F, generator=g) / 4, torch.randn(F, D, generator=g) / 8
-    b1, b2, y0 = torch.randn(F, generator=g), torch.randn(D, generator=g), torch.randn(M, D, generator=g)
-    lnw, lnb = 1 + 0.1 * torch.randn(D, generator=g), 0.1 * torch.randn(D, generator=g)
-    ahi, alo = (t.float().contiguous() for t in split_hi_lo(a))
-
-    def rows(w):
-        hi, lo = (t.float() for t in split_hi_lo(w))
-        return torch.stack([hi, lo], dim=1).reshape(2 * w.shape[0], w.shape[1]).contiguous()
-    y, cnt = y0.clone(), torch.zeros(M // BM, dtype=torch.int32)
-    xhi, xlo = ahi.clone(), alo.clone()
-    _ffn_phase_ln_kernel[(R,)](xhi, xlo, rows(w1), b1, rows(w2), b2, y, cnt, lnw, lnb, M, D, R, BM, BH, D)
-    d = lambda t: t.double()  # noqa: E731
-    ref = d(y0) + torch.nn.functional.gelu((d(ahi) + d(alo)) @ d(w1) + d(b1)) @ d(w2) + d(b2)
-    assert ((d(y) - ref).abs() / (1 + ref.abs())).max().item() < 1e-4
-    ln = torch.nn.functional.layer_norm(d(y), (D,), d(lnw), d(lnb), eps=1e-5)
-    assert (d(xhi) + d(xlo) - ln).abs().max().item() < 1e-4
-    assert torch.all(cnt == F // BH)
-
-
 def test_trace_is_refused_by_the_interpreter():
     with pytest.raises(ValueError, match="globaltimer"):
         prepare_meta(load_case("smoke1"), n_sm=1, interpret=True, trace=True)
 
 
-def test_unknown_gemm_loop_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match="tiled"):
-        prepare_meta(load_case("smoke1"), n_sm=132, gemm_loop="flatt")
+@pytest.mark.parametrize("name,value", [("gemm_loop", "tiled"), ("barrier", "flags_atomic"), ("ffn1_scheme", "fp8")])
+def test_unknown_choices_are_refused_with_the_choices(name, value):
+    with pytest.raises(ValueError, match=f"{name}={value!r} not in"):
+        prepare_meta(load_case("smoke1"), n_sm=132, **{name: value})
+
+
+@pytest.mark.parametrize("name", ["ln_fold", "flat_trips", "acc_reset", "presplit_rows", "gelu", "fast_layers",
+                                  "prec_fast", "tile_order", "ln_stats", "presplit_weights", "prec_qkv"])
+def test_removed_options_are_unknown_parameters(name):
+    """Options measured and rejected (docs/seqres.md) are gone from the config and the kernel: naming one is an
+    error that lists the valid parameters."""
+    with pytest.raises(TypeError, match="unknown parameters"):
+        prepare_meta(load_case("smoke1"), n_sm=132, **{name: 1})
 
 
 def test_phase_profile_splits_work_and_barrier_wait_per_phase_kind():
-    """Synthetic stamps of 2 programs, 1 tiled layer (5 barriers) + the copy barrier: the profile sums each
-    phase kind's work (previous departure -> arrival) and wait (arrival -> departure), mean over programs."""
+    """Synthetic stamps of 2 programs, 1 layer with attn_oproj and ffn_fused (5 barriers) + the copy barrier: the
+    profile sums each phase kind's work (previous departure -> arrival) and wait (arrival -> departure), mean over
+    programs."""
     from types import SimpleNamespace
     from kernels.seqres.host import phase_profile
     nb = 1 + 5
@@ -653,17 +524,17 @@ def test_phase_profile_splits_work_and_barrier_wait_per_phase_kind():
             row.append(t)
         row.append(t + 5000)             # final LayerNorm: 5 µs
         rows.append(row)
-    p = SimpleNamespace(meta=dict(TRACE=True, FLAT=0), trace=torch.tensor(rows, dtype=torch.int64))
+    fused = dict(TRACE=True, ATTN_OPROJ=True, FFN_FUSED=True, LN_LOCAL=False)  # phases ln1 qkv attn ln2 ffn
+    p = SimpleNamespace(meta=dict(fused, COPY_PHASE="separate"), trace=torch.tensor(rows, dtype=torch.int64))
     pp = phase_profile(p)
-    assert pp["work_us"] == pytest.approx(dict(copy=2, qkv=4, attn=6, oproj=8, ffn1=10, ffn2=12, final=5))
+    assert pp["work_us"] == pytest.approx(dict(copy=2, ln1=4, qkv=6, attn=8, ln2=10, ffn=12, final=5))
     assert pp["wait_us"]["qkv"] == pytest.approx(2.5) and pp["wait_us"]["copy"] == pytest.approx(2.5)
     assert pp["start_skew_us"] == pytest.approx(1.0)
     assert pp["kernel_us"] == pytest.approx(max(r[-1] for r in rows) / 1e3)  # first start (0) to last end
     with pytest.raises(ValueError, match="trace=true"):
-        phase_profile(SimpleNamespace(meta=dict(TRACE=False, FLAT=0)))
+        phase_profile(SimpleNamespace(meta=dict(TRACE=False)))
     # copy_phase fused: no copy barrier; the first barrier is layer 0's LN1, whose work counts from the start
-    flat = dict(TRACE=True, FLAT=1, CPF=1, AO=1, FF=1)  # phases ln1 qkv attn ln2 ffn
-    pp = phase_profile(SimpleNamespace(meta=flat, trace=torch.tensor(rows, dtype=torch.int64)))
+    pp = phase_profile(SimpleNamespace(meta=dict(fused, COPY_PHASE="fused"), trace=torch.tensor(rows, dtype=torch.int64)))
     assert pp["work_us"] == pytest.approx(dict(ln1=2 + 12, qkv=4, attn=6, ln2=8, ffn=10, final=5))
     assert "copy" not in pp["wait_us"] and pp["wait_us"]["ln1"] == pytest.approx(2 * 2.5)
 
@@ -681,7 +552,8 @@ def test_direct_launch_passes_every_constexpr_in_signature_order():
 
 
 @needs_backend
-@pytest.mark.parametrize("params", [{}, dict(attn_oproj=True, ffn_fused=True, ln_fold=True)], ids=["defaults", "ln_fold"])
+@pytest.mark.parametrize("params", [{}, dict(attn_oproj=True, ffn_fused=True, attn_loop="nested")],
+                         ids=["defaults", "fused"])
 def test_compile_and_launch_pass_the_same_runtime_arguments(params, monkeypatch):
     """compile_only (CUDA only: Triton's warmup) and launch take their runtime arguments from one list, and that
     list with the constexprs binds to the kernel's signature (a warmup call missing an argument once broke every
@@ -807,73 +679,39 @@ def test_attn_kv_split_halves_combine_to_softmax_attention(scale):
 def test_attn_kv_split_needs_its_preconditions():
     meta = lambda name, **kw: prepare_meta(load_case(name), n_sm=132, n_slots=264, **kw)[0]  # noqa: E731
     fused = dict(attn_oproj=True, ffn_fused=True, attn_fill=False)
-    assert meta("case11", attn_kv_split=True, **fused)["KVS"] == 1   # 8 tiles of 64 rows, 16 programs
-    assert meta("case11", **fused)["KVS"] == 0
-    assert meta("case01", attn_kv_split=True, attn_oproj=True)["KVS"] == 0  # 8 tiles over 4 programs: off
+    assert meta("case11", attn_kv_split=True, **fused)["ATTN_KV_SPLIT"] is True   # 8 tiles of 64 rows, 16 programs
+    assert meta("case11", **fused)["ATTN_KV_SPLIT"] is False
+    assert meta("case01", attn_kv_split=True, attn_oproj=True)["ATTN_KV_SPLIT"] is False  # 8 tiles / 4 programs: off
     for bad, match in ((dict(), "attn_oproj=true"), (dict(fused, block_kv=256), "even number of key blocks")):
         with pytest.raises(ValueError, match=match):
             meta("case11", attn_kv_split=True, **bad)
     with pytest.raises(ValueError, match="non-causal"):
         meta("case10", attn_kv_split=True, **fused)
-    with pytest.raises(ValueError, match="true or false"):
+    with pytest.raises(ValueError, match="attn_kv_split='yes' not in"):
         meta("case11", attn_kv_split="yes", **fused)
 
 
 @triton.jit
-def _gelu_poly_kernel(x, o, N: tl.constexpr, LOG2: tl.constexpr):
+def _gelu_poly_kernel(x, o, N: tl.constexpr):
     offs = tl.arange(0, N)
-    if LOG2:
-        tl.store(o + offs, gelu_log2poly(tl.load(x + offs), False))
-    else:
-        tl.store(o + offs, gelu_erf_poly(tl.load(x + offs), False))
+    tl.store(o + offs, gelu_log2poly(tl.load(x + offs), False))
 
 
-@pytest.mark.skipif(not interpreting(), reason="the portable path of the GELU helpers (the GPU path is PTX)")
-@pytest.mark.parametrize("log2, bound, span", [(False, 5e-7, 12), (True, 5e-6, 60)], ids=["erf_poly", "log2poly"])
-def test_gelu_poly_matches_exact_gelu(log2, bound, span):
-    """The polynomial GELUs (erf of Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7; the fitted log2 Phi(-|x|)
-    polynomial of kernels/common/gelu_fit.py): within 5e-7 of the exact GELU in float64 over [-12, 12] and
-    N(0, 9) samples, and no cancellation for negative x (the fp32 formula 0.5 x (1 + erf), as the reference
-    evaluates it, loses all relative accuracy there)."""
+@pytest.mark.skipif(not interpreting(), reason="the portable path of the GELU helper (the GPU path is PTX)")
+def test_gelu_log2poly_matches_exact_gelu():
+    """The fitted log2 Phi(-|x|) polynomial (bench/common/gelu_fit.py): within 5e-6 of the exact GELU in float64
+    over [-60, 60] and N(0, 9) samples, and no cancellation for negative x (the fp32 formula 0.5 x (1 + erf), as
+    the reference evaluates it, loses all relative accuracy there)."""
+    bound, span = 5e-6, 60
     n = 1 << 14
     x = torch.cat([torch.linspace(-span, span, n // 2), torch.randn(n // 2, generator=torch.Generator().manual_seed(0)) * 3])
     o = torch.empty_like(x)
-    _gelu_poly_kernel[(1,)](x, o, n, log2)
+    _gelu_poly_kernel[(1,)](x, o, n)
     ref = torch.nn.functional.gelu(x.double())
     err = (o.double() - ref).abs()
     assert err.max().item() < bound, err.max().item()
     neg = (x < -3) & (ref.abs() > 1e-6)  # small outputs keep a small relative error (1 + erf taken as erfc)
     assert neg.any() and (err[neg] / ref[neg].abs()).max().item() < 5e-3
-
-
-def test_gelu_log2poly_coefficients_are_the_fit():
-    """tl_helpers.gelu_log2poly's coefficients are what kernels/common/gelu_fit.py computes (re-run here); the fit meets
-    its weighted bound (GELU error <= EABS, relative error of Phi <= EREL) within 3x; and with its negative leading
-    coefficient q keeps falling past the fitted range, which is why the helper needs no clamp."""
-    import numpy as np
-
-    from kernels.common import gelu_fit, tl_helpers
-    coef, worst = gelu_fit.fit()
-    assert worst < 3.0, worst
-    assert gelu_fit.DEGREE == 5
-    got = [getattr(tl_helpers, f"GELU_Q{k}").value for k in range(5, -1, -1)]
-    assert torch.allclose(torch.tensor(got, dtype=torch.float64), torch.from_numpy(coef), rtol=1e-9, atol=0)
-    assert coef[0] < 0
-    u = np.linspace(gelu_fit.U_MAX, 1e4, 100001)
-    assert (np.diff(np.polyval(coef, u)) < 0).all()
-
-
-def test_mma_loops_reads_the_per_step_path_of_a_sass_loop():
-    """aot_check's SASS reader: a loop of 6 instructions whose epilogue (2 instructions) is skipped by a
-    forward branch; the per-step path counts head..branch plus the branch target..loop end."""
-    from kernels.seqres.aot_check import mma_loops
-    body = ["IADD3 R1, R1, 0x1, RZ", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", "@P0 BRA 0x0140",
-            "STG.E [R2.64], R4", "STG.E [R2.64+0x4], R5", "ISETP.GT.AND P1, PT, R1, 0x4, PT", "@P1 BRA 0x00f0"]
-    # addresses 0xf0, 0x100, ...: the loop head is the first instruction, 0x140 the fifth
-    sass = "\n".join(f"        /*{0xf0 + 16 * i:04x}*/                   {t} ;" for i, t in enumerate(body))
-    (lp,) = mma_loops(sass)
-    assert lp["start"] == 0xF0 and lp["body"] == 7 and lp["mma"] == 1
-    assert lp["step_path"] == 3 + 2  # head..@P0 BRA (3), then 0x140..loop end (2)
 
 
 def test_search_candidates_are_the_search_space_on_top_of_the_given_parameters():
@@ -888,24 +726,6 @@ def test_search_candidates_are_the_search_space_on_top_of_the_given_parameters()
     assert all(set(o) <= set(DEFAULTS) for o in space), "a search candidate names an unknown parameter"
 
 
-def test_check_gpu_sweep_entries_use_known_parameters():
-    """Every ``check_gpu`` SWEEP entry overrides parameters that ``prepare`` knows (an option removed after its
-    measurement must take its sweep entries with it, or the GPU sweep fails on them one by one)."""
-    from kernels.seqres.check_gpu import SWEEP, _resolve
-    from kernels.seqres.host import DEFAULTS
-    bad = {}
-    for n in (1, 5, 6, 7, 9, 10, 11):  # the "pub" entries take each case's published choice
-        case = load_case(n)
-        for name, over in SWEEP.items():
-            extra = set(_resolve(over, case, DEFAULTS)) - set(DEFAULTS)
-            if extra:
-                bad[(n, name)] = sorted(extra)
-    assert not bad, bad
-    assert "untuned" in SWEEP and SWEEP["untuned"] == {}
-    pub5 = _resolve(SWEEP["pub"], load_case(5), DEFAULTS)
-    assert pub5["tune"] == [] and pub5["attn_oproj"] is True  # case 5's published choice, untuned
-
-
 def test_shared_memory_overflow_halves_the_attention_tile_or_names_the_fix():
     """A compile that needs more shared memory than a program may have (case 1 with block_kv=128 and pipelined
     attention on the H200: 253952 > 232448 bytes) halves the attention tile with fit_smem, down to 16; past that,
@@ -913,24 +733,14 @@ def test_shared_memory_overflow_halves_the_attention_tile_or_names_the_fix():
     from triton.runtime.errors import OutOfResources
     from kernels.seqres.host import smem_overflow_step
     err = OutOfResources(253952, 232448, "shared memory")
-    assert smem_overflow_step(dict(BQ=64, BKV=128), True, err) == dict(block_q=32, block_kv=64)
-    assert smem_overflow_step(dict(BQ=16, BKV=32), True, err) == dict(block_q=16, block_kv=16)
-    assert smem_overflow_step(dict(BQ=64, BKV=128, FLAT=1, AS=True, AST=0), True, err, 3) == dict(attn_stages=2)
-    for meta, fit in ((dict(BQ=16, BKV=16), True), (dict(BQ=64, BKV=128), False)):
+    m = lambda q, kv, **kw: dict(BLOCK_Q=q, BLOCK_KV=kv, ATTN_PRESPLIT=False, ATTN_STAGES=0, **kw)  # noqa: E731
+    assert smem_overflow_step(m(64, 128), True, err) == dict(block_q=32, block_kv=64)
+    assert smem_overflow_step(m(16, 32), True, err) == dict(block_q=16, block_kv=16)
+    assert smem_overflow_step(dict(m(64, 128), ATTN_PRESPLIT=True), True, err, 3) == dict(attn_stages=2)
+    for meta, fit in ((m(16, 16), True), (m(64, 128), False)):
         with pytest.raises(Unsupported, match="253952 bytes of shared memory.*block_kv"):
             smem_overflow_step(meta, fit, err)
     with pytest.raises(Unsupported, match="registers"):
-        smem_overflow_step(dict(BQ=64, BKV=64), True, OutOfResources(300, 255, "registers"))
+        smem_overflow_step(m(64, 64), True, OutOfResources(300, 255, "registers"))
 
 
-def test_balance_report_shows_idle_programs():
-    """``kernels.seqres.balance``: case 7's 64-row groups have 4 LayerNorm blocks of 16 rows for 8 programs (half idle),
-    8 blocks of 8 with ``block_m_ln: 8``; case 11's 64-row attention tiles (``attn_fill: false``) leave 8 of 16 idle."""
-    from kernels.seqres.balance import report
-    nest = dict(gemm_loop="nested", block_n=64)
-    assert "copy / LayerNorm row blocks 4/8: max 1, mean 0.50, 4 idle *" in report(7, nest)
-    assert "copy / LayerNorm row blocks 8/8: max 1, mean 1.00;" in report(7, dict(nest, block_m_ln=8))
-    assert "QKV tiles 18/8: max 3, mean 2.25 *" in report(7, nest)
-    r11 = report(11, dict(nest, attn_fill=False, attn_oproj=True, ffn_fused=True, block_n_wide=64))
-    assert "attention tiles 8/16: max 1, mean 0.50, 8 idle *" in r11 and "fused FFN items 16/16" in r11
-    assert "oproj" not in r11  # attn_oproj: no oproj phase

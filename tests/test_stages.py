@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from conftest import REPO
+from conftest import GATE, REPO, SEEDS
 from kernels import Variant, list_cases, load_case, make_weights
 from workflow.run import run_job
 from workflow.stages.correctness import check_variant
@@ -88,7 +88,7 @@ def _fake(name, make_run):
 def _check(variant, name="smoke1"):
     c = load_case(name)
     w = make_weights(c)
-    return check_variant(c, w, variant, None, [1e-3, 1.0, 1e3], [0, 1], 0.002, 0.02, torch.device("cpu"))
+    return check_variant(c, w, variant, None, [1e-3, 1.0, 1e3], SEEDS, GATE.atol, GATE.rtol, torch.device("cpu"))
 
 
 def test_honest_variant_passes_every_guard(honest):
@@ -146,7 +146,7 @@ def _job_with_alternates(honest, alt_runs):
 
     v = Variant("tuned", prepare=lambda c, w: None, run=lambda p, x: p(x), alternates=alternates)
     c = load_case("smoke1")
-    cfg = SimpleNamespace(gate=SimpleNamespace(scales=[1e-3, 1.0], seeds=[0], atol=0.002, rtol=0.02))
+    cfg = SimpleNamespace(gate=SimpleNamespace(scales=[1e-3, 1.0], seeds=[0], atol=GATE.atol, rtol=GATE.rtol))
     ctx = SimpleNamespace(cfg=cfg, case=c, weights=make_weights(c), variant=v, prepared=honest,
                           device=torch.device("cpu"))
     body = correctness.job(ctx)
@@ -175,8 +175,8 @@ def test_seqres_alternates_are_the_candidates_not_chosen():
                        trace=None, qk_scale=1.0, spin_limit=0)
     assert alternates(p, None) == []  # not autotuned
     p.info["tune"] = {"chosen": 1}
-    p.tune_sets = [({}, {"tune": []}), ({"block_n": 64}, {"block_n": 64, "tune": []}),
-                   ({"block_kv": 16}, {"block_kv": 16, "tune": []})]
+    p.tune_sets = [({}, {"tune": "off"}), ({"block_n": 64}, {"block_n": 64, "tune": "off"}),
+                   ({"block_kv": 16}, {"block_kv": 16, "tune": "off"})]
     assert [label for label, _ in alternates(p, None)] == ["{}", "{'block_kv': 16}"]
 
 

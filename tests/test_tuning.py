@@ -67,10 +67,15 @@ def test_search_keeps_the_fastest_unless_within_the_margin_and_skips_what_does_n
         if a == 4:
             raise ValueError("does not fit")
         return a
-    p, info, sets = tuning.search(prepare_one, lambda p: ms[p], {"a": 1}, [{"a": 2}, {"a": 3}, {"a": 4}], 0.03,
-                                  {"a"}, rounds=3, skip=(ValueError,))
+    import time
+
+    def call(p, x):  # a configuration that takes ms[p] milliseconds (CPU: perf_counter around the call)
+        time.sleep(ms[p] / 20)
+    x = torch.zeros(1)
+    p, info, sets = tuning.search(prepare_one, call, {"a": 1}, [{"a": 2}, {"a": 3}, {"a": 4}], 0.03,
+                                  {"a"}, x, rounds=3, skip=(ValueError,))
     assert p == 3 and info["chosen_params"] == {"a": 3} and info["skipped"][0]["params"] == {"a": 4}
-    p, info, _ = tuning.search(prepare_one, lambda p: ms[p], {"a": 1}, [{"a": 2}], 0.03, {"a"}, rounds=3)
+    p, info, _ = tuning.search(prepare_one, call, {"a": 1}, [{"a": 2}], 0.03, {"a"}, x, rounds=3)
     assert p == 1 and info["chosen"] == 0, "2% faster is within the 3% margin: keep the parameters as given"
     assert tuning.pick([1.0, 0.96, 0.95], 0.03) == 2 and tuning.pick([0.9, 0.95], 0.03) == 0
 

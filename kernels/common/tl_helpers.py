@@ -24,29 +24,7 @@ def exp2_approx(x, PTX: tl.constexpr):
         return tl.exp2(x)
 
 
-@triton.jit
-def gelu_erf_poly(x, PTX: tl.constexpr):
-    """Exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with erf from Abramowitz & Stegun 7.1.26 (|error| of
-    erf <= 1.5e-7, about one fp32 ulp of 1) instead of libdevice's erff: one polynomial with immediate
-    coefficients, one reciprocal, one exp2 (PTX: the approximate ``rcp``/``ex2`` instructions, one MUFU each;
-    else portable Triton ops, for the interpreter). The polynomial gives c = erfc(|x| / sqrt(2)) / 2 directly,
-    so GELU = max(x, 0) - |x| c has no cancellation for x < 0 and no select."""
-    d = 1.0 + 0.23164189906752 * tl.abs(x)   # 1 + p z, z = |x| / sqrt(2), p = 0.3275911
-    e = x * (x * -0.7213475204444817)          # -z^2 log2(e)
-    if PTX:
-        t = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [d], dtype=tl.float32, is_pure=True,
-                                      pack=1)
-    else:
-        t = 1.0 / d
-    g = exp2_approx(e, PTX)
-    # A&S coefficients a1..a5 halved, so c = erfc(z) / 2 = Phi(-|x|)
-    p = t * (0.127414796 + t * (-0.142248368 + t * (0.7107068705 + t * (-0.7265760135 + t * 0.5307027145))))
-    c = p * g
-    # x >= 0: x - x c; x < 0: x c = -|x| c; both max(x, 0) - |x| c (one max and one fma, no select)
-    return tl.maximum(x, 0.0) - tl.abs(x) * c
-
-
-# q(u) ~ log2 Phi(-u), highest power first: the output of ``python -m kernels.common.gelu_fit`` (a test re-runs the fit)
+# q(u) ~ log2 Phi(-u), highest power first: the output of ``python -m bench.common.gelu_fit`` (a test re-runs the fit)
 GELU_Q5 = tl.constexpr(-0.0003356065178156923)
 GELU_Q4 = tl.constexpr(0.006050093726838906)
 GELU_Q3 = tl.constexpr(-0.04913339793466209)
@@ -58,11 +36,10 @@ GELU_Q0 = tl.constexpr(-1.00021732392041)
 @triton.jit
 def gelu_log2poly(x, PTX: tl.constexpr):
     """Exact GELU, x Phi(x) = max(x, 0) - |x| Phi(-|x|), with Phi(-u) = 2^q(u): q a degree-5 weighted minimax fit
-    of log2 Phi(-u) on u in [0, 5.5] (``kernels/common/gelu_fit.py``). Its leading coefficient is negative and q keeps
+    of log2 Phi(-u) on u in [0, 5.5] (``bench/common/gelu_fit.py``). Its leading coefficient is negative and q keeps
     falling past 5.5, so no clamp is needed: |GELU error| <= 3e-6 in fp32 over [-60, 60], relative error of Phi <=
     3e-3 where GELU(x) < -1e-6. Five FMAs, one exp2 (PTX: ``ex2``, one MUFU), one max, one FMA: 8 instructions per
-    element against ``gelu_erf_poly``'s 13 with two MUFU (session 17: the degree-6 form with a clamp, 10
-    instructions, measured 0-3% faster than ``gelu_erf_poly``; this one 0-2% faster again)."""
+    element (libdevice's erff GELU: 31)."""
     u = tl.abs(x)
     q = u * GELU_Q5 + GELU_Q4
     q = q * u + GELU_Q3
@@ -108,7 +85,7 @@ def split_bf16_trunc(x, BF16: tl.constexpr):
 
     BF16=True: hi is x's upper 16 bits (one mask; the bf16 values are those bits), lo the round-to-nearest bf16 of
     the exact remainder x - hi. Against rounding hi it saves a conversion and a conversion back per element
-    (session 14: 1-2% on most seqres cases) and leaves |lo| <= 2^-7 |x| instead of 2^-8, so the split's error
+    (1-2% on most seqres cases, docs/seqres.md) and leaves |lo| <= 2^-7 |x| instead of 2^-8, so the split's error
     doubles (seqres keeps a 14x margin in the gate; the hybrid kernels, with less, keep ``split_bf16``).
     BF16=False (interpreter): ``split_bf16``'s rounded parts."""
     if BF16:
@@ -147,64 +124,6 @@ def dot_split(a_hi, a_lo, b_hi, b_lo, acc, A_LO: tl.constexpr, B_LO: tl.constexp
         acc = tl.dot(a_hi, b_lo, acc, input_precision=PREC)
     acc = tl.dot(a_hi, b_hi, acc, input_precision=PREC)
     return acc
-
-
-@triton.jit
-def layernorm_stats(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_K: tl.constexpr, EPS: tl.constexpr, CACHE: tl.constexpr):
-    """Row statistics of a [BLOCK_M, D] fp32 block in global memory, read in BLOCK_K-wide chunks:
-    returns (mean, rstd), each [BLOCK_M], two-pass biased variance in fp32 as F.layer_norm.
-    Row r starts at ``x_ptr + offs_m[r] * stride_m``; rows with ``mask_m`` False read as zeros.
-    ``CACHE`` is the load cache modifier ("" or ".cg" when other CTAs wrote the block). (seqres)"""
-    acc = tl.zeros((BLOCK_M, BLOCK_K), tl.float32)
-    for k0 in range(0, D, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        m = mask_m[:, None] & (offs_k[None, :] < D)
-        acc += tl.load(x_ptr + offs_m[:, None] * stride_m + offs_k[None, :], mask=m, other=0.0,
-                       cache_modifier=CACHE)
-    mean = tl.sum(acc, axis=1) / D
-    acc = tl.zeros((BLOCK_M, BLOCK_K), tl.float32)
-    for k0 in range(0, D, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        m = mask_m[:, None] & (offs_k[None, :] < D)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_m + offs_k[None, :], mask=m, other=0.0,
-                    cache_modifier=CACHE)
-        xc = tl.where(m, x - mean[:, None], 0.0)
-        acc += xc * xc
-    var = tl.sum(acc, axis=1) / D
-    rstd = 1.0 / tl.sqrt(var + EPS)
-    return mean, rstd
-
-
-@triton.jit
-def layernorm_stats_chunked(x_ptr, offs_m, mask_m, stride_m, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                            CHUNK: tl.constexpr, EPS: tl.constexpr, CACHE: tl.constexpr):
-    """Same result as ``layernorm_stats`` (mean, rstd of [BLOCK_M, D] rows in global memory) in ONE round
-    of memory latency: the CHUNK-wide column chunks are unrolled (independent loads), each reduced to its
-    own mean and centred sum of squares, and combined with Chan et al.'s parallel formula (stable; no
-    E[x^2] - mean^2 cancellation). (seqres)"""
-    NCH: tl.constexpr = (D + CHUNK - 1) // CHUNK
-    mean = tl.zeros((BLOCK_M,), tl.float32)
-    m2 = tl.zeros((BLOCK_M,), tl.float32)
-    for c in tl.static_range(NCH):
-        offs_k = c * CHUNK + tl.arange(0, CHUNK)
-        m = mask_m[:, None] & (offs_k[None, :] < D)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_m + offs_k[None, :], mask=m, other=0.0,
-                    cache_modifier=CACHE)
-        n_b = tl.sum((offs_k < D).to(tl.float32), axis=0)  # valid columns of this chunk
-        mean_b = tl.sum(x, axis=1) / n_b
-        xc = tl.where(m, x - mean_b[:, None], 0.0)
-        m2_b = tl.sum(xc * xc, axis=1)
-        if c == 0:
-            mean = mean_b
-            m2 = m2_b
-        else:
-            n_a = c * CHUNK
-            delta = mean_b - mean
-            mean = mean + delta * (n_b / (n_a + n_b))
-            m2 = m2 + m2_b + delta * delta * (n_a * n_b / (n_a + n_b))
-    rstd = 1.0 / tl.sqrt(m2 / D + EPS)
-    return mean, rstd
 
 
 @triton.jit

@@ -131,10 +131,10 @@ def prepare(case: Case, weights: Weights, **params) -> Prepared:
     full = {k: v for k, v in dict(DEFAULTS, **params).items()
             if k not in ("tune", "tuned_file", "tune_margin", "search_space")}
     if mode == "search" and weights.device.type == "cuda":
-        p, info, _ = tuning.search(lambda **f: prepare_one(case, weights, **f), _time_forward(case, weights.device),
-                                   full, tuning.search_space("hybrid", tinfo.get("search_space")),
-                                   float(params.get("tune_margin", DEFAULTS["tune_margin"])),
-                                   set(DEFAULTS))
+        x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
+        p, info, _ = tuning.search(lambda **f: prepare_one(case, weights, **f), run, full,
+                                   tuning.search_space("hybrid", tinfo.get("search_space")),
+                                   float(params.get("tune_margin", DEFAULTS["tune_margin"])), set(DEFAULTS), x)
         p.info["tune"] = info
     else:
         p = prepare_one(case, weights, **full)
@@ -146,26 +146,6 @@ def prepare(case: Case, weights: Weights, **params) -> Prepared:
 def rebind(p: Prepared, weights: Weights) -> Prepared:
     """The configuration ``p`` runs, prepared with other weights (``Variant.rebind``)."""
     return prepare_one(p.case, weights, **p.info["params"])
-
-
-def _time_forward(case: Case, dev):
-    """``time_one`` for ``tuning.search``: one forward after an L2 flush, CUDA events around it (ms)."""
-    x = torch.randn(case.B, case.S, case.D, device=dev, dtype=torch.float32)
-    flush = torch.empty(64 * 2**20, device=dev, dtype=torch.int32)
-    warm = set()
-
-    def time_one(p: Prepared) -> float:
-        if id(p) not in warm:
-            run(p, x)
-            warm.add(id(p))
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run(p, x)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-    return time_one
 
 
 def use_graph(case: Case, cuda_graph, graph_max_elements: int) -> bool:

@@ -19,7 +19,7 @@ from .. import tuning
 from ..cases import Case, config_dir
 from ..registry import Unsupported
 from ..weights import Weights
-from .megakernel import BARRIERS_PER_LAYER, BARRIERS_PER_LAYER_FLAT, _seqres_fwd
+from .megakernel import BARRIERS_PER_LAYER, _seqres_fwd
 
 PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
 _EPOCH_LIMIT = 1 << 30
@@ -71,14 +71,13 @@ class SeqresPrepared:
 
 def _barriers_per_launch(meta: dict, L: int) -> int:
     """The copy phase's barrier (none with ``copy_phase: fused``: it shares layer 0's LN1 barrier) + L layers'."""
-    return 1 + _barriers_per_layer(meta) * L - int(bool(meta.get("CPF")))
+    return 1 + _barriers_per_layer(meta) * L - int(meta["COPY_PHASE"] == "fused")
 
 
 def _barriers_per_layer(meta: dict) -> int:
-    if meta["FLAT"]:
-        return (int(BARRIERS_PER_LAYER_FLAT.value) - int(bool(meta.get("FF"))) - int(bool(meta.get("AO")))
-                - 2 * int(bool(meta.get("LNF"))) - int(bool(meta.get("LNL"))))
-    return int(BARRIERS_PER_LAYER.value)
+    """7 phases (LN1, QKV, attention, oproj, LN2, FFN1, FFN2), less the ones the fusions drop."""
+    return (int(BARRIERS_PER_LAYER.value) - int(bool(meta["FFN_FUSED"])) - int(bool(meta["ATTN_OPROJ"]))
+            - int(bool(meta["LN_LOCAL"])))
 
 
 def _stack(weights: Weights, name: str, transpose: bool = False) -> torch.Tensor:
@@ -93,12 +92,6 @@ def _split_bf16(w: torch.Tensor, as_fp32: bool) -> tuple[torch.Tensor, torch.Ten
     fp32 tensors (the interpreter has no bf16)."""
     hi, lo = split_hi_lo(w)
     return (hi.float().contiguous(), lo.float().contiguous()) if as_fp32 else (hi.contiguous(), lo.contiguous())
-
-
-def _check_precision(name: str, value: str) -> str:
-    if value not in PRECISIONS:
-        raise ValueError(f"seqres: {name}={value!r} not in {PRECISIONS}")
-    return value
 
 
 def _yaml_defaults() -> dict:
@@ -135,15 +128,6 @@ def narrow_block_n(want, M: int, D: int, R: int, BM: int, BK: int) -> int:
     return _block(128 if steps >= 2 * R else 64, 4 * D)
 
 
-def _gelu_mode(name: str) -> int:
-    """GELU of FFN1: 1 = libdevice erf (``gelu_erf``), 2 = polynomial erf (``gelu_erf_poly``), 3 = a polynomial of
-    log2 Phi(-|x|) and one exp2 (``gelu_log2poly``)."""
-    modes = {"libdevice": 1, "poly": 2, "log2poly": 3}
-    if name not in modes:
-        raise ValueError(f"seqres: gelu={name!r} not in {sorted(modes)}")
-    return modes[name]
-
-
 def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     """Whether oproj and FFN2 (N = D) share their (tile, K step) pairs over the group's R programs: ``want``
     true/false, or "auto": only when their [BM, BN] tiles do not divide evenly over the R programs (otherwise
@@ -153,62 +137,73 @@ def stream_k(want, M: int, D: int, R: int, BM: int, BN: int) -> bool:
     return (-(-M // BM) * -(-D // BN)) % R != 0
 
 
-_BARRIERS = {"flags_atomic": 1, "flags": 2, "counter": 3, "counter_t0": 7}
+_BARRIERS = {"flags": 2, "counter": 3, "counter_t0": 7}
 
 
 def _barrier_mode(name: str, interpret: bool) -> int:
-    """group_barrier's MODE for ``barrier``: 1 flags polled with atomics, 2 flags polled with ld.acquire, 3 one
-    counter polled with ld.acquire, 7 the counter published and polled by thread 0 alone (``tl_helpers.counter_t0``);
-    the interpreter has no inline PTX, so it polls with atomics (2 -> 1, 3 -> 4, 7 -> 4).
-    (MODE 5 and 6, the st.release forms, are barrier_probe's only: measured slower, docs/seqres.md session 11.)"""
+    """group_barrier's MODE for ``barrier``: 2 flags polled with ld.acquire, 3 one counter polled with ld.acquire,
+    7 the counter published and polled by thread 0 alone (``tl_helpers.counter_t0``); the interpreter has no inline
+    PTX, so it polls with atomics (2 -> 1, 3 and 7 -> 4)."""
     if name not in _BARRIERS:
         raise ValueError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
     mode = _BARRIERS[name]
     if interpret:
-        mode = {2: 1, 3: 4, 7: 4}.get(mode, mode)
+        mode = {2: 1, 3: 4, 7: 4}[mode]
     return mode
 
 
-def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | None = None,
-                 **params) -> tuple[dict, dict, dict]:
-    """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
-    info). ``n_slots``: CTAs that are proven co-resident (default ``n_sm``: one per SM, true of any kernel
-    that launches at all; ``prepare`` raises it from the compiled kernel's occupancy when
-    ``ctas_per_sm`` > 1). Raises Unsupported outside the envelope. Device-free, so ``aot_check`` can use it."""
+# the values each enumerated or boolean parameter may take (the others are numbers)
+CHOICES = {
+    "barrier": tuple(_BARRIERS), "gemm_loop": ("flat", "nested"), "wgmma_chain": ("wait", "async"),
+    "copy_phase": ("fused", "separate"), "ao_weights": ("loop", "late", "early"), "attn_loop": ("nested", "flat"),
+    "ffn1_scheme": ("case", "bf16x3", "f16_w1"), "ffn2_scheme": ("case", "bf16x3", "f16_w1"), "stream_k": (True, False, "auto"),
+    "ln_local": (False, "qkv"), "prec_attn": PRECISIONS,
+    **{k: (True, False) for k in ("attn_fill", "fit_smem", "flag_barrier", "trace", "attn_presplit", "ffn_fused",
+                                  "attn_oproj", "attn_kv_split")},
+}
+
+
+def _options(params: dict) -> dict:
+    """``DEFAULTS`` updated with ``params``, every name known and every choice allowed (else TypeError/ValueError)."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"seqres: unknown parameters {sorted(unknown)}; valid: {sorted(DEFAULTS)}")
     o = dict(DEFAULTS, **params)
-    B, S, D, H, L = case.B, case.S, case.D, case.H, case.L
-    if S > o["max_seq"]:
-        raise Unsupported(f"seqres: S={S} > max_seq={o['max_seq']}: the sequence does not fit one group")
-    if D > o["max_d"]:
-        raise Unsupported(f"seqres: D={D} > max_d={o['max_d']}: the model width is outside the envelope")
-    scratch_bytes = 4 * B * S * 8 * D
+    for k, allowed in CHOICES.items():
+        if o[k] not in allowed:
+            raise ValueError(f"seqres: {k}={o[k]!r} not in {list(allowed)}")
+    if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
+        raise ValueError(f"seqres: block_n={o['block_n']!r}: a tile width (e.g. 64, 128) or auto")
+    return o
+
+
+def _check_envelope(case: Case, o: dict) -> None:
+    """Raises Unsupported for a case outside the kernel's envelope (``max_seq``, ``max_d``, ``scratch_limit_gib``)."""
+    if case.S > o["max_seq"]:
+        raise Unsupported(f"seqres: S={case.S} > max_seq={o['max_seq']}: the sequence does not fit one group")
+    if case.D > o["max_d"]:
+        raise Unsupported(f"seqres: D={case.D} > max_d={o['max_d']}: the model width is outside the envelope")
+    scratch_bytes = 4 * case.B * case.S * 8 * case.D
     if scratch_bytes > o["scratch_limit_gib"] * 2**30:
         raise Unsupported(f"seqres: scratch of {scratch_bytes / 2**30:.1f} GiB > {o['scratch_limit_gib']} GiB")
-    precs = {k: _check_precision(k, o[k]) for k in ("prec_qkv", "prec_attn", "prec_o", "prec_ffn1", "prec_ffn2",
-                                                     "prec_fast")}
-    if interpret:  # the interpreter computes fp32 and accepts only ieee | tf32 | tf32x3
-        precs = {k: "ieee" if v == "bf16x3" else v for k, v in precs.items()}
-    fast_layers = int(o["fast_layers"])
-    if not 0 <= fast_layers <= L:
-        raise ValueError(f"seqres: fast_layers={fast_layers} not in [0, L={L}]")
+
+
+def _group(case: Case, o: dict, n_sm: int, n_slots: int, interpret: bool, info: dict) -> tuple[int, int]:
+    """(G, R): sequences per group (``seqs_per_program``; 0 = the fewest that leave <= 2 groups per SM) and programs
+    per group (``split``; 0 = as many as the proven co-resident slots allow, at most ``max_split``; 1 under the
+    interpreter or when the grid would exceed the slots, with a note in ``info``)."""
+    B = case.B
     G = int(o["seqs_per_program"])
-    if G <= 0:  # auto: fewest sequences per group that still leave <= 2 groups per SM
+    if G <= 0:
         G = 1
         while B % (2 * G) == 0 and B // G > 2 * n_sm:
             G *= 2
     if B % G:
         raise ValueError(f"seqres: seqs_per_program={G} does not divide B={B}")
     n_groups = B // G
-    n_slots = n_sm if n_slots is None else int(n_slots)
     R = int(o["split"])
     if R <= 0:
         R = max(1, min(int(o["max_split"]), n_slots // n_groups))
-    info = {"n_sm": n_sm, "n_slots": n_slots}
-    if interpret and o["trace"]:
-        raise ValueError("seqres: trace=true reads the GPU's %globaltimer; the Triton interpreter cannot run it")
     if interpret and R > 1:
         info["split_note"] = f"split={R} needs co-resident programs; the interpreter runs them in order: using 1"
         R = 1
@@ -218,173 +213,102 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
         info["split_note"] = (f"split={R}: grid {n_groups * R} > {n_slots} co-resident slots cannot be proven "
                               "co-resident; using 1")
         R = 1
-    presplit = 0
-    if o["presplit_weights"]:
-        lin = ("prec_qkv", "prec_o", "prec_ffn1", "prec_ffn2")
-        if any(o[k] != "bf16x3" for k in lin) or fast_layers:
-            raise ValueError("seqres: presplit_weights needs prec_qkv/o/ffn1/ffn2 = bf16x3 and fast_layers = 0")
-        # bf16 operands ignore input_precision ("tf32" is Triton's default); the interpreter holds the
-        # bf16 values in fp32 tensors and needs exact fp32 products ("ieee")
-        presplit = 2 if interpret else 1
-        precs.update({k: "ieee" if interpret else "tf32" for k in lin})
-    loops = {"tiled": 0, "flat": 1, "nested": 1}  # nested: the flat phases' pre-split A, loops per tile
-    if o["gemm_loop"] not in loops:
-        raise ValueError(f"seqres: gemm_loop={o['gemm_loop']!r} not in {sorted(loops)}")
-    flat = loops[o["gemm_loop"]]
-    if flat and not presplit:
-        raise ValueError(f"seqres: gemm_loop={o['gemm_loop']} needs presplit_weights=true (its A operands come "
-                         "pre-split)")
-    wrows = int(o["presplit_rows"])
-    if wrows not in (2, 3) or (wrows == 2 and not flat):
-        raise ValueError(f"seqres: presplit_rows={wrows}: 3 (hi, lo, hi), or 2 (hi, lo) with gemm_loop=flat")
-    M = G * S
-    dh = case.dh
-    bm = _block(o["block_m"], M)
-    apk = int(o["attn_pack"])
+    return G, R
+
+
+def _check_fusions(case: Case, o: dict, apk: int, G: int) -> None:
+    """The combinations of the attention and fusion options that the kernel has no code for."""
     if apk < 1 or G % apk:
         raise ValueError(f"seqres: attn_pack={o['attn_pack']!r}: sequences per attention tile, >= 1 and dividing "
                          f"seqs_per_program={G}")
-    if apk > 1 and not (flat and not o["ln_fold"]):
-        raise ValueError("seqres: attn_pack > 1 needs gemm_loop=flat or nested and ln_fold=false")
+    if o["attn_oproj"] and not o["attn_presplit"]:
+        raise ValueError("seqres: attn_oproj=true needs attn_presplit=true")
+    if o["ln_local"] and not o["attn_presplit"]:
+        raise ValueError("seqres: ln_local needs attn_presplit=true")
+    if o["ln_local"] and _pow2(case.D) > LN_LOCAL_MAX_D:
+        raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={case.D} > "
+                         f"{LN_LOCAL_MAX_D}; set ln_local=false")
+    if o["attn_loop"] == "flat":
+        why = [w for c, w in ((not o["attn_presplit"], "attn_presplit=true"), (o["attn_oproj"], "attn_oproj=false"),
+                              (apk > 1, "attn_pack=1")) if c]
+        if why:
+            raise ValueError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
+
+
+def _kv_split(case: Case, o: dict, sa: int, apk: int, tiles: int, R: int) -> bool:
+    """``attn_kv_split``: two programs per attention tile (off where a tile has no second program, e.g. R = 1
+    under the interpreter). Raises where the configuration cannot run it."""
+    if not o["attn_kv_split"]:
+        return False
+    bkv = _block(o["block_kv"], sa)
+    why = [w for c, w in ((not o["attn_oproj"], "attn_oproj=true"), (case.causal, "a non-causal case"),
+                          (apk > 1, "attn_pack=1"),
+                          (-(-sa // bkv) % 2, f"an even number of key blocks (S={sa}, block_kv={bkv})")) if c]
+    if why:
+        raise ValueError(f"seqres: attn_kv_split=true needs {', '.join(why)}; set attn_kv_split=false")
+    return 2 * tiles <= R
+
+
+def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | None = None,
+                 **params) -> tuple[dict, dict, dict]:
+    """The schedule for ``case`` on a device with ``n_sm`` SMs: (constexpr kernel args, launch options,
+    info). ``n_slots``: CTAs that are proven co-resident (default ``n_sm``: one per SM, true of any kernel
+    that launches at all; ``prepare`` raises it from the compiled kernel's occupancy when
+    ``ctas_per_sm`` > 1). The constexprs are the parameters in capitals where the kernel takes them as given,
+    plus what is derived here: the group (G, R), tile edges clamped to powers of two, the barrier mode, the
+    auto widths and stream-K, the case's FFN1 scheme. Raises Unsupported outside the envelope. Device-free, so
+    ``bench.seqres.aot_check`` can use it."""
+    o = _options(params)
+    _check_envelope(case, o)
+    S, D, H = case.S, case.D, case.H
+    n_slots = n_sm if n_slots is None else int(n_slots)
+    info = {"n_sm": n_sm, "n_slots": n_slots}
+    if interpret and o["trace"]:
+        raise ValueError("seqres: trace=true reads the GPU's %globaltimer; the Triton interpreter cannot run it")
+    G, R = _group(case, o, n_sm, n_slots, interpret, info)
+    apk = int(o["attn_pack"])
+    _check_fusions(case, o, apk, G)
+    M, dh = G * S, case.dh
+    bm, bk = _block(o["block_m"], M), _block(o["block_k"], D)
     sa, ga = S * apk, G // apk  # the attention phase's packs: ga packs of sa rows
     bq = _block(o["block_q"], sa)
     while o["attn_fill"] and bq > 16 and ga * H * -(-sa // bq) < R:  # every program gets an attention tile
         bq //= 2
-    bk = _block(o["block_k"], D)
-    if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
-        raise ValueError(f"seqres: block_n={o['block_n']!r}: a tile width (e.g. 64, 128) or auto")
-    if o["stream_k"] not in (True, False, "auto"):
-        raise ValueError(f"seqres: stream_k={o['stream_k']!r}: true, false or auto")
-    if o["ffn_fused"] not in (True, False):
-        raise ValueError(f"seqres: ffn_fused={o['ffn_fused']!r}: true or false")
-    ff = bool(o["ffn_fused"])
-    if ff and not flat:
-        raise ValueError("seqres: ffn_fused=true needs gemm_loop=flat or nested (its A operand is the LN2 split)")
-    if o["attn_oproj"] not in (True, False):
-        raise ValueError(f"seqres: attn_oproj={o['attn_oproj']!r}: true or false")
-    ao = bool(o["attn_oproj"])
-    if ao and not (flat and o["attn_presplit"]):
-        raise ValueError("seqres: attn_oproj=true needs gemm_loop=flat or nested and attn_presplit=true")
-    if o["ln_fold"] not in (True, False):
-        raise ValueError(f"seqres: ln_fold={o['ln_fold']!r}: true or false")
-    lnf = bool(o["ln_fold"])
-    if lnf and not (ao and ff):
-        raise ValueError("seqres: ln_fold=true needs attn_oproj=true and ffn_fused=true (their phases' last arrivals "
-                         "do the LayerNorms)")
-    lnl = {False: 0, "qkv": 1}.get(o["ln_local"], -1)
-    if lnl < 0:
-        raise ValueError(f"seqres: ln_local={o['ln_local']!r}: false or qkv (the LN2 forms were measured slower "
-                         "and removed, docs/seqres.md session 9)")
-    if lnl and not (flat and o["attn_presplit"]) or lnl and lnf:
-        raise ValueError("seqres: ln_local needs gemm_loop=flat or nested with attn_presplit=true, and not ln_fold")
-    if lnl and _pow2(D) > LN_LOCAL_MAX_D:
-        raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={D} > "
-                         f"{LN_LOCAL_MAX_D}; set ln_local=false")
-    ars = {"select": 1, "branch": 0, "flag": 2}.get(o["acc_reset"], -1)
-    if ars < 0:
-        raise ValueError(f"seqres: acc_reset={o['acc_reset']!r}: branch (the epilogue branch resets the accumulator), "
-                         "select (a tile's first step selects zeros) or flag (the branch form compiled so that the "
-                         "reset becomes the next dot's zero-accumulator predicate)")
-    ftr = {"padded": 0, "exact": 1}.get(o["flat_trips"], -1)
-    if ftr < 0:
-        raise ValueError(f"seqres: flat_trips={o['flat_trips']!r}: padded (every program runs the busiest program's "
-                         "steps, the extra ones on repeated operands) or exact (a runtime trip count per program)")
-    cpf = {"separate": 0, "fused": 1}.get(o["copy_phase"], -1)
-    if cpf < 0:
-        raise ValueError(f"seqres: copy_phase={o['copy_phase']!r}: fused (y = x written by the pass that splits "
-                         "layer 0's LN1, one barrier fewer) or separate (a copy phase and its barrier first)")
-    # (the tiled loop and ln_fold keep the copy phase; so does ln_local, which has no LN1 phase: its fused form,
-    # layer 0's QKV programs reading x through a pointer select, measured 2% slower on case 10, docs/seqres.md)
-    cpf = int(cpf and flat and not lnf and not lnl)
-    if o["attn_kv_split"] not in (True, False):
-        raise ValueError(f"seqres: attn_kv_split={o['attn_kv_split']!r}: true or false")
-    kvs = 0
-    if o["attn_kv_split"]:
-        bkv = _block(o["block_kv"], sa)
-        nkv = -(-sa // bkv)
-        why = [w for c, w in ((not ao, "attn_oproj=true"), (case.causal, "a non-causal case"),
-                              (apk > 1, "attn_pack=1"), (lnf, "ln_fold=false"),
-                              (nkv % 2, f"an even number of key blocks (S={sa}, block_kv={bkv})")) if c]
-        if why:
-            raise ValueError(f"seqres: attn_kv_split=true needs {', '.join(why)}; set attn_kv_split=false")
-        # two programs per attention tile; with fewer (e.g. R = 1 under the interpreter) the split is off
-        kvs = int(2 * ga * H * -(-sa // bq) <= R)
-    aow = {"loop": 0, "late": 1, "early": 2}.get(o["ao_weights"], -1)
-    if aow < 0:
-        raise ValueError(f"seqres: ao_weights={o['ao_weights']!r}: loop (attn_oproj's projection in block_n2-wide "
-                         "column blocks), late (one D-wide block, its weights loaded after the key loop) or early "
-                         "(loaded before it)")
-    aow = aow if ao else 0
-    afl = {"nested": 0, "flat": 1}.get(o["attn_loop"], -1)
-    if afl < 0:
-        raise ValueError(f"seqres: attn_loop={o['attn_loop']!r}: nested (a loop over tiles around a loop over key "
-                         "blocks) or flat (one loop over the (tile, key block) pairs)")
-    if afl:
-        why = [w for c, w in ((not (flat and o["attn_presplit"]), "gemm_loop flat or nested with attn_presplit=true"),
-                              (ao, "attn_oproj=false"), (apk > 1, "attn_pack=1")) if c]
-        if why:
-            raise ValueError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
-    f2_case = o["ffn2_scheme"] == "case"  # the case config's choice (``schemes: {ffn2: ...}``), else f16_w1
-    f2 = case.scheme("ffn2", "f16_w1") if f2_case else o["ffn2_scheme"]
-    f2h = {"bf16x3": 0, "f16_w1": 1}.get(f2, -1)
-    if f2h < 0:
-        raise ValueError(f"seqres: ffn2_scheme={f2!r}: bf16x3 (three bf16 products), f16_w1 (A split into fp16 "
-                         "hi/lo, W2 rounded to fp16 once: two products) or case (the case config's schemes.ffn2, else "
-                         f"f16_w1){' (from the case config)' if f2_case else ''}")
+    bn = narrow_block_n(o["block_n"], M, D, R, bm, bk)
+    ao, ff = bool(o["attn_oproj"]), bool(o["ffn_fused"])
+    f1 = case.scheme("ffn1", "bf16x3") if o["ffn1_scheme"] == "case" else o["ffn1_scheme"]
+    f2 = case.scheme("ffn2", "f16_w1") if o["ffn2_scheme"] == "case" else o["ffn2_scheme"]
+    for g, sc in (("ffn1", f1), ("ffn2", f2)):
+        if sc not in ("bf16x3", "f16_w1"):
+            raise ValueError(f"seqres: {g}_scheme={sc!r} (from the case config) not in ['bf16x3', 'f16_w1']")
     info["ffn2_scheme"] = f2
-    if f2h and not flat:  # (the tiled loop splits its operands per K step in bf16)
-        info["ffn2_scheme_note"] = "ffn2_scheme=f16_w1 applies to gemm_loop flat or nested: bf16x3 here"
-        f2h = 0
-    f1_case = o["ffn1_scheme"] == "case"  # the case config's choice (its ``schemes: {ffn1: ...}``), else bf16x3
-    f1 = case.scheme("ffn1", "bf16x3") if f1_case else o["ffn1_scheme"]
-    f1h = {"bf16x3": 0, "f16_w1": 1}.get(f1, -1)
-    if f1h < 0:
-        raise ValueError(f"seqres: ffn1_scheme={f1!r}: bf16x3 (three bf16 products), f16_w1 (A split into fp16 "
-                         "hi/lo, W1 rounded to fp16 once: two products) or case (the case config's schemes.ffn1, "
-                         f"else bf16x3){' (from the case config)' if f1_case else ''}")
-    if f1h and (not flat or lnf):  # (ln_fold writes LN2's split from the attention phase, in bf16)
-        if not f1_case:
-            raise ValueError("seqres: ffn1_scheme=f16_w1 needs gemm_loop flat or nested without ln_fold; set "
-                             "ffn1_scheme=bf16x3")
-        # the case's preference gives way: bf16x3 is the more accurate scheme
-        info["ffn1_scheme_note"] = "the case's ffn1_scheme f16_w1 needs gemm_loop flat or nested without ln_fold: bf16x3 here"
-        f1, f1h = "bf16x3", 0
     info["ffn1_scheme"] = f1
-    wch = {"wait": 0, "async": 1, "overlap": 2}.get(o["wgmma_chain"], -1)
-    if wch < 0:
-        raise ValueError(f"seqres: wgmma_chain={o['wgmma_chain']!r}: wait (Triton waits after every dot), async "
-                         "(the waits between the chained dots of a step are relaxed at compile time) or overlap "
-                         "(async, and a step's dots stay in flight into the next step)")
-    bn = narrow_block_n(o["block_n"], M, D, R, bm, bk) if flat else _block(
-        64 if o["block_n"] == "auto" else o["block_n"], 4 * D)
+    prec_attn = "ieee" if interpret and o["prec_attn"] == "bf16x3" else o["prec_attn"]  # (no bf16 in the interpreter)
     meta = dict(
-        S=S, D=D, H=H, DH=dh, L=L, L_FAST=fast_layers, G=G, CAUSAL=bool(case.causal),
-        R=R, BLOCK_R=_pow2(R), FLAGS=_barrier_mode(o["barrier"], interpret) if (R > 1 or o["flag_barrier"]) else 0,
-        BM=bm, BN=bn, BK=bk,
-        BQ=bq, BKV=_block(o["block_kv"], sa), BDH=_block(dh, dh), APK=apk,
-        BD=_pow2(D), BM_LN=_block(o["block_m_ln"], M, lo=1),
+        S=S, D=D, H=H, DH=dh, L=case.L, SEQS_PER_PROGRAM=G, CAUSAL=bool(case.causal),
+        SPLIT=R, BLOCK_R=_pow2(R), BARRIER=_barrier_mode(o["barrier"],
+                               interpret) if (R > 1 or o["flag_barrier"]) else 0,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_Q=bq, BLOCK_KV=_block(o["block_kv"], sa),
+        BLOCK_DH=_block(dh, dh), BLOCK_D=_pow2(D), BLOCK_M_LN=_block(o["block_m_ln"], M, lo=1),
         # .cg (L2) loads where other programs wrote the data, or where this program's atomics did (the fusions)
-        CM=".cg" if R > 1 or ff or ao else "",
-        LN_STATS={"twopass": 0, "chunked": 1}[o["ln_stats"]], LN_CHUNK=_block(o["ln_chunk"], D),
-        BLOCKED={"strided": False, "blocked": True}[o["tile_order"]], PRESPLIT=presplit,
-        FLAT=flat, TRACE=bool(o["trace"]), WROWS=wrows,
-        BNQ=wide_block_n(o["block_n_wide"], bn, M, 3 * D, R, bm),
-        BNF=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
-        SK=stream_k(o["stream_k"], M, D, R, bm, bn) and bool(flat),
-        AS=bool(o["attn_presplit"]) and bool(flat), GE=_gelu_mode(o["gelu"]),
-        AST=int(o["attn_stages"]), NEST=o["gemm_loop"] == "nested",
-        FF=ff, BH=_block(o["block_h"], 4 * D), BN2=_block(o["block_n2"], D), AO=ao, LNF=lnf,
-        # NCNT: counters per group (LNF), set below from the attention and FFN tiles
-        NCNT=0, LNL=lnl, ARS=ars, WCH=wch, FTR=ftr, CPF=cpf, KVS=kvs, AOW=aow, AFL=afl, F2H=f2h, F1H=f1h,
-        P_QKV=precs["prec_qkv"], P_ATTN=precs["prec_attn"], P_O=precs["prec_o"], P_FFN1=precs["prec_ffn1"],
-        P_FFN2=precs["prec_ffn2"], P_FAST=precs["prec_fast"],
+        CACHE_MOD=".cg" if R > 1 or ff or ao else "",
+        PRESPLIT=2 if interpret else 1, TRACE=bool(o["trace"]),
+        BLOCK_N_QKV=wide_block_n(o["block_n_wide"], bn, M, 3 * D, R, bm),
+        BLOCK_N_FFN1=wide_block_n(o["block_n_wide"], bn, M, 4 * D, R, bm),
+        STREAM_K=stream_k(o["stream_k"], M, D, R, bm, bn), ATTN_PRESPLIT=bool(o["attn_presplit"]),
+        ATTN_STAGES=int(o["attn_stages"]), GEMM_LOOP=o["gemm_loop"], FFN_FUSED=ff,
+        BLOCK_H=_block(o["block_h"], 4 * D), BLOCK_N2=_block(o["block_n2"], D), ATTN_OPROJ=ao,
+        LN_LOCAL=o["ln_local"] == "qkv", ATTN_PACK=apk, WGMMA_CHAIN=o["wgmma_chain"],
+        # ln_local has no LN1 pass to carry the copy (its fused form measured slower, docs/seqres.md)
+        COPY_PHASE="separate" if o["ln_local"] else o["copy_phase"],
+        ATTN_KV_SPLIT=_kv_split(case, o, sa, apk, ga * H * -(-sa // bq), R),
+        AO_WEIGHTS=o["ao_weights"] if ao else "loop", ATTN_LOOP=o["attn_loop"],
+        FFN1_SCHEME=f1, FFN2_SCHEME=f2, PREC_ATTN=prec_attn,
     )
-    if lnf:  # a counter per (sequence, query block) and one per FFN row block
-        meta["NCNT"] = G * -(-S // meta["BQ"]) + -(-M // bm)
     launch = dict(num_warps=int(o["num_warps"]), num_stages=int(o["num_stages"]))
     if int(o["maxnreg"]) > 0:  # register cap per thread (ptxas), e.g. to fit more CTAs per SM
         launch["maxnreg"] = int(o["maxnreg"])
-    info.update(G=G, R=R, grid=n_groups * R, precisions=precs, fast_layers=fast_layers)
+    info.update(G=G, R=R, grid=(case.B // G) * R)
     return meta, launch, info
 
 
@@ -414,36 +338,17 @@ def tune_candidates(params: dict, space=None) -> list[tuple[dict, dict]]:
     return [(dict(o), dict(base, **o)) for o in [{}] + tuning.search_space("seqres", space)]
 
 
-def _time_launch(case: Case, dev):
-    """``time_one`` for ``tuning.search``: one launch after an L2 flush, CUDA events around it (ms)."""
-    x = torch.randn(case.B, case.S, case.D, device=dev, dtype=torch.float32)
-    y = torch.empty_like(x)
-    flush = torch.empty(64 * 2**20, device=dev, dtype=torch.int32)  # 256 MB, more than L2
-    warm = set()
-
-    def time_one(p: SeqresPrepared) -> float:
-        if id(p) not in warm:  # first launch (module load) outside the timing
-            run(p, x)
-            warm.add(id(p))
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch(p, x, y)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-    return time_one
-
-
 def _prepare_search(case: Case, weights: Weights, params: dict, space=None) -> SeqresPrepared:
     """``tune=search``: every candidate prepared and timed (``tuning.search``); candidates the case does not
     support (``Unsupported``, ``ValueError``, or a kernel that does not fit: ``OutOfResources``) are skipped and
     recorded. Untimed by SPEC §5 (prepare)."""
     margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
     cands = tune_candidates(params, space)
+    x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
+    y = torch.empty_like(x)
     chosen, info, sets = tuning.search(
-        lambda **full: prepare_one(case, weights, **full), _time_launch(case, weights.device), cands[0][1],
-        [o for o, _ in cands[1:]], margin, set(DEFAULTS), skip=(Unsupported, ValueError, OutOfResources))
+        lambda **full: prepare_one(case, weights, **full), lambda p, x: launch(p, x, y), cands[0][1],
+        [o for o, _ in cands[1:]], margin, set(DEFAULTS), x, skip=(Unsupported, ValueError, OutOfResources))
     chosen.info["tune"] = info
     chosen.tune_sets = sets
     torch.cuda.empty_cache()
@@ -471,16 +376,36 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     ``2 * SMs`` groups). ``split`` (R): co-resident programs per group sharing every phase's tiles through
     flag barriers; 0 = auto (as many as fit on the SMs, at most ``max_split``); forced to 1 under the
     interpreter and when the grid would exceed the proven co-resident slots: one per SM, or with
-    ``ctas_per_sm`` > 1 the compiled kernel's measured occupancy (at most ``ctas_per_sm``) per SM.
-    ``flag_barrier`` runs the flag protocol even when R == 1 (tests). ``fast_layers``: the last layers
-    whose four GEMMs use ``prec_fast``."""
+    ``ctas_per_sm`` > 1 the compiled kernel's measured occupancy (at most ``ctas_per_sm``) per SM
+    (``_fit_to_device``). ``flag_barrier`` runs the flag protocol even when R == 1 (tests)."""
     dev = weights.device
     if dev.type != "cuda" and not interpreting():
         raise Unsupported("seqres needs a CUDA device, or TRITON_INTERPRET=1 set before importing kernels")
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
     cps = int(params.get("ctas_per_sm", DEFAULTS["ctas_per_sm"]))
     meta, launch_opts, info = prepare_meta(case, n_sm, interpreting(), n_slots=n_sm * max(1, cps), **params)
-    B, S, D = case.B, case.S, case.D
+    tensors = _weight_args(weights, meta)
+    scratch = _scratch(case, meta, dev)
+    spin_limit = int(params.get("spin_limit", DEFAULTS["spin_limit"]))
+
+    def make(meta, launch_opts, info):
+        return _prepared(case, tensors, scratch, meta, launch_opts, info, spin_limit)
+
+    p = make(meta, launch_opts, info)
+    if dev.type == "cuda":
+        p = _fit_to_device(p, make, case, n_sm, cps, params)
+        p.kernel = compile_only(p)  # launched directly: Triton's per-call argument binding and specialization key
+        p.runner = p.kernel[(p.grid[0], 1, 1)]  # cost tens of µs of host time per call
+        p.const_args = constexpr_args(p.meta)
+        p.static_ptrs = static_pointers(p)
+    p.info["params"] = {k: v for k, v in params.items() if k not in ("tune", "tuned_file", "search_space")}
+    return p
+
+
+def _weight_args(weights: Weights, meta: dict) -> list:
+    """The weights in kernel argument order: per layer stacked [L, ...], the four linear weights transposed to
+    [L, K, N] and presplit into bf16 (hi, lo) rows [L, 2K, N]; an f16_w1 weight (FFN1 / FFN2 scheme) rounded to
+    fp16 once, one row each. Under the interpreter (PRESPLIT 2) the parts are fp32 tensors holding the values."""
     tensors = [
         _stack(weights, "ln1_w"), _stack(weights, "ln1_b"),
         _stack(weights, "w_qkv", True), _stack(weights, "b_qkv"),
@@ -490,90 +415,91 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
         _stack(weights, "w_2", True), _stack(weights, "b_2"),
         weights.lnf_w.contiguous(), weights.lnf_b.contiguous(),
     ]
-    if meta["PRESPLIT"]:
-        for i in (2, 4, 8, 10):  # w_qkv, w_o, w_1, w_2 (transposed) [L, K, N] -> [L, WROWS*K, N], rows hi, lo(, hi)
-            if (i == 10 and meta["F2H"]) or (i == 8 and meta["F1H"]):  # f16_w1: W2 / W1 rounded to fp16 once
-                # (fp32-held: interpreter)
-                w16 = tensors[i].to(torch.float16)
-                tensors[i] = (w16.float() if meta["PRESPLIT"] == 2 else w16).contiguous()
-                continue
-            hi, lo = _split_bf16(tensors[i], as_fp32=meta["PRESPLIT"] == 2)
-            parts = [hi, lo, hi][:meta["WROWS"]]
-            tensors[i] = torch.stack(parts, dim=2).reshape(hi.shape[0], len(parts) * hi.shape[1], hi.shape[2])
+    fp32_held = meta["PRESPLIT"] == 2
+    f16 = {8: meta["FFN1_SCHEME"] == "f16_w1", 10: meta["FFN2_SCHEME"] == "f16_w1"}
+    for i in (2, 4, 8, 10):  # w_qkv, w_o, w_1, w_2
+        if f16.get(i):
+            w16 = tensors[i].to(torch.float16)
+            tensors[i] = (w16.float() if fp32_held else w16).contiguous()
+            continue
+        hi, lo = _split_bf16(tensors[i], as_fp32=fp32_held)
+        tensors[i] = torch.stack([hi, lo], dim=2).reshape(hi.shape[0], 2 * hi.shape[1], hi.shape[2])
+    return tensors
+
+
+def _scratch(case: Case, meta: dict, dev) -> dict:
+    """Scratch reused across calls (no input-dependent state survives a call): fp32 a, qkv, f, and the split A
+    operands x_hi/x_lo [B*S, D], f_hi/f_lo [B*S, 4D] (bf16; fp32-held under the interpreter)."""
+    B, S, D = case.B, case.S, case.D
     f32 = dict(device=dev, dtype=torch.float32)
-    scratch = dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
-                   f=torch.empty(B * S, 4 * D, **f32))
-    if meta["FLAT"]:  # pre-split A operands: bf16 parts (fp32 tensors holding bf16 values in the interpreter)
-        sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
-        scratch.update(x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
-                       f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
-    else:
-        scratch.update(x_hi=scratch["a"], x_lo=scratch["a"], f_hi=scratch["f"], f_lo=scratch["f"])
-    n_groups = B // meta["G"]
+    sd = dict(device=dev, dtype=torch.bfloat16 if meta["PRESPLIT"] == 1 else torch.float32)
+    return dict(a=torch.empty(B * S, D, **f32), qkv=torch.empty(B * S, 3 * D, **f32),
+                f=torch.empty(B * S, 4 * D, **f32),
+                x_hi=torch.empty(B * S, D, **sd), x_lo=torch.empty(B * S, D, **sd),
+                f_hi=torch.empty(B * S, 4 * D, **sd), f_lo=torch.empty(B * S, 4 * D, **sd))
 
-    def make(meta, launch_opts, info):
-        n_bar = _barriers_per_launch(meta, case.L)
-        # attn_kv_split: each group's [R, 2, BQ] softmax states in the fp32 qkv scratch (free with attn_presplit;
-        # R <= 16 programs and BQ <= G * S rows make that at most 32 rows' worth of [B*S, 3D])
-        assert not meta.get("KVS") or n_groups * meta["R"] * 2 * meta["BQ"] <= scratch["qkv"].numel()
-        return SeqresPrepared(
-            case=case, tensors=tensors, scratch=scratch,
-            flags=torch.zeros(n_groups, meta["BLOCK_R"] * (2 if meta.get("KVS") else 1), device=dev,
-                              dtype=torch.int32),
-            cnt=torch.zeros(n_groups, max(1, meta["NCNT"]), device=dev, dtype=torch.int32),
-            trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
-                              dtype=torch.int64),
-            err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
-            qk_scale=math.log2(math.e) / math.sqrt(case.dh),
-            spin_limit=int(params.get("spin_limit", DEFAULTS["spin_limit"])), info=info)
 
-    p = make(meta, launch_opts, info)
+def _prepared(case: Case, tensors: list, scratch: dict, meta: dict, launch_opts: dict, info: dict,
+              spin_limit: int) -> SeqresPrepared:
+    """A SeqresPrepared for one schedule: flags, counters and trace sized for it."""
+    dev = scratch["a"].device
+    n_groups = case.B // meta["SEQS_PER_PROGRAM"]
+    n_bar = _barriers_per_launch(meta, case.L)
+    # attn_kv_split: each group's [R, 2, BLOCK_Q] softmax states in the fp32 qkv scratch (free with attn_presplit;
+    # R <= 16 programs and BLOCK_Q <= G * S rows make that at most 32 rows' worth of [B*S, 3D])
+    assert not meta["ATTN_KV_SPLIT"] or n_groups * meta["SPLIT"] * 2 * meta["BLOCK_Q"] <= scratch["qkv"].numel()
+    return SeqresPrepared(
+        case=case, tensors=tensors, scratch=scratch,
+        flags=torch.zeros(n_groups, meta["BLOCK_R"] * (2 if meta["ATTN_KV_SPLIT"] else 1), device=dev,
+                          dtype=torch.int32),
+        cnt=torch.zeros(1, device=dev, dtype=torch.int32),
+        trace=torch.zeros(*((info["grid"], 2 * n_bar + 2) if meta["TRACE"] else (1,)), device=dev,
+                          dtype=torch.int64),
+        err=torch.zeros(1, device=dev, dtype=torch.int32), grid=(info["grid"],), meta=meta, launch=launch_opts,
+        qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=spin_limit, info=info)
+
+
+def _fit_to_device(p: SeqresPrepared, make, case: Case, n_sm: int, cps: int, params: dict) -> SeqresPrepared:
+    """Compile ``p`` and fit it to the GPU: a kernel that needs more shared memory than one program may have gets
+    its attention buffers shrunk (``fit_smem``) or raises Unsupported naming the parameters; with more than one
+    program per SM (``ctas_per_sm``), co-residency is proven from the compiled kernel's occupancy: when shared
+    memory alone keeps the programs off the SM the attention's buffers shrink, otherwise the split shrinks until
+    the grid fits the proven slots (R changes the binary: recheck). ``make(meta, launch, info)`` builds a new
+    SeqresPrepared on the same weights and scratch."""
+    dev = p.scratch["a"].device
     over = dict(params)
     fit_smem = bool(params.get("fit_smem", DEFAULTS["fit_smem"]))
-    for _ in range(8 if dev.type == "cuda" else 0):
-        # more shared memory than one program may have (e.g. block_kv=128 with pipelined attention on case 1):
-        # shrink the attention's buffers (fit_smem) or say which parameters to lower
+    for _ in range(8):
         try:
             compile_only(p)
             break
         except OutOfResources as e:
-            fit = smem_overflow_step(p.meta, fit_smem, e, launch_opts["num_stages"])
+            fit = smem_overflow_step(p.meta, fit_smem, e, p.launch["num_stages"])
             over.update(fit)
             meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, cps), **over)
             info["smem_fit"] = dict(fit, shared_before=e.required, shared_limit=e.limit)
             p = make(meta, launch_opts, info)
-    if dev.type == "cuda" and cps > 1 and meta["R"] > 1:
-        # more than one program per SM: prove co-residency from the compiled kernel's occupancy. When shared
-        # memory alone keeps the programs off the SM (fit_smem), shrink the attention's buffers and recompile;
-        # otherwise shrink the split until the grid fits the proven slots (R changes the binary: recheck)
-        for _ in range(8):
-            k = compile_only(p)
-            occ = occupancy(k, launch_opts["num_warps"], dev)
-            p.info["occupancy"] = occ
-            if p.meta["R"] == 1 or p.grid[0] <= n_sm * occ:
-                break
-            fit = (smem_fit_step(p.meta, k.n_regs, k.metadata.shared, launch_opts["num_warps"], occ, cps,
-                                 launch_opts["num_stages"]) if fit_smem else None)
-            if fit:
-                over.update(fit)
-                meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * cps, **over)
-                info["smem_fit"] = dict(fit, shared_before=k.metadata.shared, occupancy_before=occ)
-            else:
-                meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, min(occ, cps)),
-                                                       **over)
-                info["occupancy"] = occ
-                if "smem_fit" in p.info:
-                    info["smem_fit"] = p.info["smem_fit"]
-            p = make(meta, launch_opts, info)
+    if cps <= 1 or p.meta["SPLIT"] <= 1:
+        return p
+    for _ in range(8):
+        k = compile_only(p)
+        occ = occupancy(k, p.launch["num_warps"], dev)
+        p.info["occupancy"] = occ
+        if p.meta["SPLIT"] == 1 or p.grid[0] <= n_sm * occ:
+            return p
+        fit = (smem_fit_step(p.meta, k.n_regs, k.metadata.shared, p.launch["num_warps"], occ, cps,
+                             p.launch["num_stages"]) if fit_smem else None)
+        if fit:
+            over.update(fit)
+            meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * cps, **over)
+            info["smem_fit"] = dict(fit, shared_before=k.metadata.shared, occupancy_before=occ)
         else:
-            raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
-    p.info["params"] = {k: v for k, v in over.items() if k not in ("tune", "tuned_file", "search_space")}
-    if dev.type == "cuda":  # launch the compiled kernel directly: Triton's per-call argument binding and
-        p.kernel = compile_only(p)  # specialization key cost tens of µs of host time per call
-        p.runner = p.kernel[(p.grid[0], 1, 1)]
-        p.const_args = constexpr_args(p.meta)
-        p.static_ptrs = static_pointers(p)
-    return p
+            meta, launch_opts, info = prepare_meta(case, n_sm, False, n_slots=n_sm * max(1, min(occ, cps)), **over)
+            info["occupancy"] = occ
+            if "smem_fit" in p.info:
+                info["smem_fit"] = p.info["smem_fit"]
+        p = make(meta, launch_opts, info)
+    raise Unsupported(f"seqres: could not fit the split grid to the proven co-resident slots ({p.info})")
 
 
 def direct_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor) -> tuple:
@@ -612,15 +538,14 @@ def smem_fit_step(meta: dict, n_regs: int, shared: int, num_warps: int, occ: int
 
 
 def _smem_lever(meta: dict, num_stages: int) -> dict | None:
-    """The shared memory lever of ``fit_smem``: first the pipelined attention loops of the flat GEMM loops (their
-    buffers are bf16 q, k, v parts) down to 2 stages, which keeps the query and key tiles (session 18: case 9's
-    64-row tiles on 2 stages, 1.5-2.7% faster than 32-row tiles on 3); then block_q and block_kv halved (>= 16).
-    None at the floor."""
-    if meta.get("FLAT") and meta.get("AS") and (meta["AST"] or num_stages) > 2:
+    """The shared memory lever of ``fit_smem``: first the pipelined attention loops (their buffers are bf16 q, k, v
+    parts) down to 2 stages, which keeps the query and key tiles; then block_q and block_kv halved (>= 16). None at
+    the floor."""
+    if meta["ATTN_PRESPLIT"] and (meta["ATTN_STAGES"] or num_stages) > 2:
         return dict(attn_stages=2)
-    if max(meta["BQ"], meta["BKV"]) <= 16:
+    if max(meta["BLOCK_Q"], meta["BLOCK_KV"]) <= 16:
         return None
-    return dict(block_q=max(16, meta["BQ"] // 2), block_kv=max(16, meta["BKV"] // 2))
+    return dict(block_q=max(16, meta["BLOCK_Q"] // 2), block_kv=max(16, meta["BLOCK_KV"] // 2))
 
 
 def smem_overflow_step(meta: dict, fit_smem: bool, err: OutOfResources, num_stages: int = 3) -> dict:
@@ -654,14 +579,14 @@ def runtime_args(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor, spin: int 
 
 
 def compile_context(meta: dict):
-    """The context a compile of ``_seqres_fwd`` with constexprs ``meta`` runs in: ``acc_reset: flag`` (ARS 2) and
-    ``wgmma_chain: async | overlap`` (WCH 1 | 2) are compile-time edits of Triton's sm_90 pipeline
-    (``kernels.common.wgmma_passes``); the constexprs are in Triton's cache key, so edited and unedited binaries
-    never stand in for each other."""
-    if meta.get("ARS") == 2 or meta.get("WCH", 0) > 0:
-        return hopper_wgmma_passes(acc_init=meta.get("ARS") == 2, relax=meta.get("WCH", 0) > 0,
-                                   defer=meta.get("WCH") == 2)
-    return contextlib.nullcontext()
+    """The context a compile of ``_seqres_fwd`` with constexprs ``meta`` runs in: compile-time edits of Triton's
+    sm_90 pipeline (``kernels.common.wgmma_passes``): the flat loop's accumulator reset becomes the next dot's
+    zero-accumulator predicate (always), and with ``wgmma_chain: async`` the waits between a step's chained dots are
+    relaxed. ``WGMMA_CHAIN`` is a constexpr, so Triton's cache key tells the two binaries apart. The interpreter
+    runs the source as written."""
+    if interpreting():
+        return contextlib.nullcontext()
+    return hopper_wgmma_passes(acc_init=True, relax=meta["WGMMA_CHAIN"] == "async")
 
 
 def compile_only(p: SeqresPrepared):
@@ -717,14 +642,10 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
     if x.shape != (c.B, c.S, c.D) or x.dtype != torch.float32 or not x.is_contiguous():
         raise ValueError(f"seqres: x must be contiguous fp32 {(c.B, c.S, c.D)}, got {x.dtype} {tuple(x.shape)}")
     # counter barriers count R per barrier: the counter reaches epoch * R
-    limit = _EPOCH_LIMIT // (p.meta["BLOCK_R"] if p.meta["FLAGS"] >= 3 else 1)
+    limit = _EPOCH_LIMIT // (p.meta["BLOCK_R"] if p.meta["BARRIER"] >= 3 else 1)
     if p.epoch + p.barriers_per_launch >= limit:
         p.flags.zero_()
         p.epoch = 0
-    # row-block counters (ln_fold) grow by L * (H or the FFN's hidden chunks) per launch
-    if (p.cepoch + 1) * p.case.L * max(p.case.H, 4 * p.case.D) >= _EPOCH_LIMIT:
-        p.cnt.zero_()
-        p.cepoch = 0
     y = torch.empty_like(x)
     launch(p, x, y)
     if p.spin_limit > 0:
@@ -735,17 +656,15 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-PHASES_TILED = ("qkv", "attn", "oproj", "ffn1", "ffn2")
-PHASES_FLAT = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
+PHASES = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2")
 
 
-def flat_phases(meta: dict) -> tuple:
-    """Names of a flat layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds
-    its projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn, ``ln_fold`` drops ln1 and ln2 (the last
-    arrivals of the attention and FFN phases normalise); ``ln_local`` drops ln1 (the QKV programs normalise)."""
-    names = [n for n in PHASES_FLAT if not (meta.get("AO") and n == "oproj")
-             and not (meta.get("LNF") and n in ("ln1", "ln2")) and not (meta.get("LNL") and n == "ln1")]
-    if meta.get("FF"):
+def layer_phases(meta: dict) -> tuple:
+    """Names of a layer's phases, one per barrier: ``attn_oproj`` drops oproj (the attention phase adds its
+    projection), ``ffn_fused`` merges ffn1 and ffn2 into ffn, ``ln_local`` drops ln1 (the QKV programs
+    normalise)."""
+    names = [n for n in PHASES if not (meta["ATTN_OPROJ"] and n == "oproj") and not (meta["LN_LOCAL"] and n == "ln1")]
+    if meta["FFN_FUSED"]:
         names = names[:-2] + ["ffn"]
     return tuple(names)
 
@@ -761,8 +680,8 @@ def phase_profile(p: SeqresPrepared) -> dict:
     t = p.trace.double().cpu()
     t0 = t[:, 0].min()
     arr, dep = t[:, 1:-1:2], t[:, 2:-1:2]
-    names = flat_phases(p.meta) if p.meta["FLAT"] else PHASES_TILED
-    cpf = int(bool(p.meta.get("CPF")))
+    names = layer_phases(p.meta)
+    cpf = int(p.meta["COPY_PHASE"] == "fused")
     work, wait = {}, {}
     for i in range(arr.shape[1]):
         k = names[(i - 1 + cpf) % len(names)] if i or cpf else "copy"

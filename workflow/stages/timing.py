@@ -2,8 +2,8 @@
 
 Inputs and prepared weights resident on the device; warm-up of at least ``warmup_calls`` calls and
 ``warmup_ms``; L2 flushed before each timed call; CUDA events around the call only; ``reps`` timed
-calls; median with p20/p80. The anchor peer is timed in the same process, interleaved call by call,
-so a report can quote same-process ratios. Inputs rotate so no call can reuse an earlier result.
+calls; median with p20/p80 (``kernels.timing``). The anchor peer is timed in the same process, interleaved
+call by call, so a report can quote same-process ratios. Inputs rotate so no call can reuse an earlier result.
 """
 from __future__ import annotations
 
@@ -13,48 +13,9 @@ from typing import Callable
 
 import torch
 
+from kernels.timing import summarize, time_calls
+
 from .common import log, sync
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def summarize(times_ms: list[float]) -> dict:
-    return {"median_ms": statistics.median(times_ms), "p20_ms": _quantile(times_ms, 0.2),
-            "p80_ms": _quantile(times_ms, 0.8), "min_ms": min(times_ms), "n": len(times_ms)}
-
-
-class Timer:
-    """One timed call: flush L2, record events around the call only (CPU: perf_counter)."""
-
-    def __init__(self, device, flush_mb: int):
-        self.device = device
-        self.flush = torch.empty(flush_mb << 20, dtype=torch.int8, device=device) \
-            if device.type == "cuda" and flush_mb > 0 else None
-
-    def __call__(self, fn: Callable, x) -> tuple[float | tuple, torch.Tensor]:
-        if self.flush is not None:
-            self.flush.zero_()
-        if self.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            y = fn(x)
-            end.record()
-            return (start, end), y
-        t0 = time.perf_counter()
-        y = fn(x)
-        return (time.perf_counter() - t0) * 1e3, y
-
-    @staticmethod
-    def elapsed(t) -> float:
-        return t[0].elapsed_time(t[1]) if isinstance(t, tuple) else t
 
 
 def warm_up(fn: Callable, xs: list, device, min_calls: int, min_ms: float) -> dict:
@@ -79,30 +40,6 @@ def host_wall_ms(fn: Callable, xs: list, device, reps: int) -> float:
         sync(device)
         ts.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(ts)
-
-
-def time_interleaved(fns: dict[str, Callable], reps: dict[str, int], xs: list, device, flush_mb: int):
-    """Time each callable ``reps[name]`` times, interleaved call by call, alternating which goes first.
-    Returns ({name: [ms...]}, {name: last output}, {name: index of the input of the last output})."""
-    timer = Timer(device, flush_mb)
-    events = {k: [] for k in fns}
-    last, last_i = {}, {}
-    names = list(fns)
-    n = max(reps.values())
-    t0 = time.time()
-    for i in range(n):
-        order = names if i % 2 == 0 else names[::-1]
-        for name in order:
-            if i >= reps[name]:
-                continue
-            xi = (i + names.index(name)) % len(xs)
-            t, y = timer(fns[name], xs[xi])
-            events[name].append(t)
-            last[name], last_i[name] = y, xi
-        if (i + 1) % max(1, n // 5) == 0:
-            log(f"  timed {i + 1}/{n} calls [{time.time() - t0:.1f}s]")
-    sync(device)
-    return {k: [Timer.elapsed(t) for t in v] for k, v in events.items()}, last, last_i
 
 
 def job(ctx) -> dict:
@@ -132,7 +69,13 @@ def job(ctx) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     log(f"timing {reps} calls, interleaved, L2 flush {tc.flush_l2_mb} MB")
-    times, last, last_i = time_interleaved(fns, reps, xs, device, int(tc.flush_l2_mb))
+    t0, last = time.time(), {}
+
+    def progress(i, n):
+        if (i + 1) % max(1, n // 5) == 0:
+            log(f"  timed {i + 1}/{n} calls [{time.time() - t0:.1f}s]")
+    times = time_calls(fns, xs, reps, int(tc.flush_l2_mb) << 20, device, outputs=last, progress=progress)
+    sync(device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     clocks_after = read_clocks()
     stats = summarize(times["variant"])
@@ -148,8 +91,9 @@ def job(ctx) -> dict:
         if drift > float(tc.clock_drift_mhz):
             flags.append(f"SM clock moved {drift:.0f} MHz during the run (bound {tc.clock_drift_mhz})")
     # the timed output, checked once more against the reference of its own input
-    ref = reference_forward(case, ctx.weights, xs[last_i["variant"]])
-    post = gate(last["variant"], ref, float(cfg.gate.atol), float(cfg.gate.rtol)).to_dict()
+    last_i, last_y = last["variant"]
+    ref = reference_forward(case, ctx.weights, xs[last_i])
+    post = gate(last_y, ref, float(cfg.gate.atol), float(cfg.gate.rtol)).to_dict()
     if "anchor" in times:
         a = summarize(times["anchor"])
         anchor_result = {"name": anchor_name, "status": "ok", **a, "warmup": warm["anchor"]}
