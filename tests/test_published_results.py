@@ -24,15 +24,59 @@ def test_peers_table_flags_a_failing_fp32_peer(tmp_path):
     assert "case05 eager_sdpa: fp32 peer FAILS the gate" in text
 
 
+FAMILIES = (("seqres", 7), ("hybrid", 3))  # the families with a published report, and their case counts
+README = Path(REPO, "README.md")
+
+
+def _report_block(family):
+    """The README block of one family, cut from its committed report: the headline table, a blank line, then
+    the per-case table's header and its `auto` rows (nothing else between them)."""
+    report = (RESULTS / family / "report.md").read_text()
+    headline = report.split("## Headline", 1)[1].split("\n\n", 2)[1]  # the table under the heading
+    per_case = report.split("## Per case x variant", 1)[1].split("\n\n", 2)[1].splitlines()
+    auto_rows = [row for row in per_case[2:] if "| auto |" in row]
+    geomean = next(row for row in headline.splitlines() if row.startswith("| auto vs fastest gated peer |"))
+    return headline, "\n".join(per_case[:2] + auto_rows), len(auto_rows), geomean.split("|")[2].strip()
+
+
+def _tables(text):
+    """Every markdown table of a text (outside code blocks) as a list of rows, each a list of cells."""
+    tables, current, in_code = [], [], False
+    for line in text.splitlines() + [""]:
+        if line.startswith("```"):
+            in_code = not in_code
+        if not in_code and line.startswith("|"):
+            current.append([c.strip() for c in line.replace("\\|", "/").strip().strip("|").split("|")])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
 def test_readme_family_results_are_the_family_reports():
-    readme = Path(REPO, "README.md").read_text()
-    for family, n in (("seqres", 7), ("hybrid", 3)):
-        report = (RESULTS / family / "report.md").read_text()
-        headline = report.split("## Headline", 1)[1].split("\n\n", 2)[1]
-        assert headline.startswith("| comparison") and headline in readme, family
-        per_case = report.split("## Per case x variant", 1)[1].split("\n\n", 2)[1]
-        auto_rows = [l for l in per_case.splitlines() if "| auto |" in l]
-        assert len(auto_rows) == n and all(row in readme for row in auto_rows), family
+    """Every number of the README's results comes from a committed report: each family's block is the report's
+    headline table and its `auto` rows, verbatim and in one piece; the family table's headline number is the
+    report's geomean against the fastest gated peer. Refreshing the README after a re-run is a copy of the
+    block this test prints."""
+    readme = README.read_text()
+    for family, n in FAMILIES:
+        headline, auto_table, n_rows, geomean = _report_block(family)
+        assert headline.startswith("| comparison") and n_rows == n, family
+        block = headline + "\n\n" + auto_table
+        assert block in readme, f"README's {family} results differ from its report; the block is:\n{block}"
+        row = next(l for l in readme.splitlines() if l.startswith(f"| `{family}` |"))
+        assert f"{geomean}×" in row, f"the family table's {family} row does not give the report's geomean {geomean}×"
+
+
+def test_readme_is_short_and_its_tables_render():
+    """A user's guide: at most 150 lines, and every table's rows have the header's number of cells."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    tables = _tables(text)
+    assert tables
+    for rows in tables:
+        assert set(rows[1]) <= {"---", ":---", "---:", ":---:"} and len(rows) > 2, rows[0]
+        assert all(len(r) == len(rows[0]) for r in rows), rows[0]
 
 
 def test_family_reports_are_what_the_committed_jsons_say(tmp_path):
