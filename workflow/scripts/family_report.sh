@@ -8,9 +8,12 @@ set -euo pipefail
 root=${1:-docs/results/h200/raw}; out=${2:-docs/results/h200}
 py=${PYTHON:-python}
 peers="eager eager_sdpa nn compile_default_fp32 compile_reduce-overhead_fp32 compile_default_tf32 compile_reduce-overhead_tf32"
-"$py" -m workflow.report --root "$root" --gpu h200 --ncu-gpu h200 --strict \
-  --cases case01 case05 case06 case07 case09 case10 case11 --variants auto $peers \
-  --out-dir "$out/seqres" --title "seqres family: cases 1, 5, 6, 7, 9, 10, 11"
-"$py" -m workflow.report --root "$root" --gpu h200 --ncu-gpu h200 --strict \
-  --cases case08 case13 case14 --variants auto $peers \
-  --out-dir "$out/hybrid" --title "hybrid family: cases 8, 13, 14"
+cases_of() { "$py" -c "from kernels import list_cases; print(' '.join(list_cases(smoke=False, family='$1')))"; }
+for fam in seqres dag hybrid; do
+  cs=$(cases_of $fam)
+  "$py" -m workflow.report --root "$root" --gpu h200 --ncu-gpu h200 --strict --cases $cs --variants auto $peers \
+    --out-dir "$out/$fam" --title "$fam family: cases $(echo $cs | sed 's/case0*//g; s/ /, /g')"
+done
+# every case in one report: auto's headline over the whole study
+"$py" -m workflow.report --root "$root" --gpu h200 --ncu-gpu h200 --strict --cases $(cases_of seqres) $(cases_of dag) \
+  $(cases_of hybrid) --variants auto $peers --out-dir "$out/all" --title "auto over all 14 cases"
