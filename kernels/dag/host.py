@@ -133,7 +133,7 @@ def task_table(g: G.Graph) -> tuple[torch.Tensor, int]:
     """[tasks, TASK_HEADER + MAX_WAITS + MAX_SIGNALS] int32 rows in queue order: kind, layer, a, b, c, number of
     waits, number of signals, 0, the wait counter ids (padded with the dummy counter 0), the signal ids."""
     mw, ms = max(1, g.max_waits), max(1, g.max_signals)
-    width = TASK_HEADER + mw + ms
+    width = int(TASK_HEADER.value) + mw + ms
     rows = []
     for t in g.tasks:
         w = list(t.waits) + [0] * (mw - len(t.waits))
@@ -176,9 +176,14 @@ class DagPrepared:
     err_event: object = None
 
 
-def _stack_t(weights: Weights, name: str) -> torch.Tensor:
-    """[L, K, N] fp32: the layers' weights transposed (W^T, K-major rows)."""
-    return torch.stack([getattr(l, name).t() for l in weights.layers]).contiguous()
+def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
+    """[L, N / block_n, K, block_n] fp32: each layer's W^T cut into column tiles, each tile a contiguous [K, block_n]
+    slab (zero columns past N), so a GEMM tile streams one contiguous block and every slab has row stride block_n."""
+    w = torch.stack([getattr(l, name).t() for l in weights.layers])          # [L, K, N]
+    L, K, N = w.shape
+    nb = -(-N // block_n)
+    w = torch.nn.functional.pad(w, (0, nb * block_n - N))
+    return w.reshape(L, K, nb, block_n).permute(0, 2, 1, 3).contiguous()
 
 
 def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,7 +212,7 @@ def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
     out = dict(r_ptr=torch.empty(M, D, device=dev, dtype=torch.float32))
     for name, shape, scheme in (("ln1", (M, D), t.scheme_qkv), ("qkv", (L, 3, B, H, S, case.dh), "bf16x3"),
                                 ("att", (M, D), t.scheme_o), ("ln2", (M, D), t.scheme_ffn1),
-                                ("f", (M, 4 * D), t.scheme_ffn2)):
+                                ("f", (4, M, D), t.scheme_ffn2)):
         dt = _part_dtype(scheme, gpu)
         out[f"{name}_hi_ptr"] = torch.empty(shape, device=dev, dtype=dt)
         out[f"{name}_lo_ptr"] = torch.empty(shape, device=dev, dtype=dt)
@@ -216,9 +221,10 @@ def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
 
 def _weight_tensors(weights: Weights, t: G.Tiling, gpu: bool) -> dict:
     out = {}
-    for arg, name, scheme in (("wqkv", "w_qkv", t.scheme_qkv), ("wo", "w_o", t.scheme_o), ("w1", "w_1", t.scheme_ffn1),
-                              ("w2", "w_2", t.scheme_ffn2)):
-        out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"] = _weight_parts(_stack_t(weights, name), scheme, gpu)
+    for arg, name, scheme, bn in (("wqkv", "w_qkv", t.scheme_qkv, t.block_n_qkv), ("wo", "w_o", t.scheme_o, t.block_n_o),
+                                  ("w1", "w_1", t.scheme_ffn1, t.block_n_ffn1),
+                                  ("w2", "w_2", t.scheme_ffn2, t.block_n_ffn2)):
+        out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"] = _weight_parts(_slabs(weights, name, bn), scheme, gpu)
     for arg, name in (("ln1w", "ln1_w"), ("ln1b", "ln1_b"), ("bqkv", "b_qkv"), ("bo", "b_o"), ("ln2w", "ln2_w"),
                       ("ln2b", "ln2_b"), ("b1", "b_1"), ("b2", "b_2")):
         out[f"{arg}_ptr"] = torch.stack([getattr(l, name) for l in weights.layers]).contiguous()
@@ -226,14 +232,27 @@ def _weight_tensors(weights: Weights, t: G.Tiling, gpu: bool) -> dict:
     return out
 
 
+def gemm_sites(t: G.Tiling) -> tuple[list[int], list[int], list[str]]:
+    """GEMM kinds that share a tile width and a scheme share one K loop in the kernel (a "site"): the site of QKV,
+    the output projection, FFN1 and FFN2, and each site's width and scheme."""
+    keys = [(t.block_n_qkv, t.scheme_qkv), (t.block_n_o, t.scheme_o), (t.block_n_ffn1, t.scheme_ffn1),
+            (t.block_n_ffn2, t.scheme_ffn2)]
+    uniq = list(dict.fromkeys(keys))
+    return [uniq.index(k) for k in keys], [k[0] for k in uniq], [k[1] for k in uniq]
+
+
 def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bool, width: int) -> dict:
     """The constexpr arguments of ``_dag_fwd``."""
     bd = triton.next_power_of_2(case.D)
+    site, site_bn, site_scheme = gemm_sites(t)
     return dict(B=case.B, S=case.S, D=case.D, H=case.H, DH=case.dh, CAUSAL=bool(case.causal), GRID=grid,
-                BLOCK_M=t.block_m, BLOCK_M_LN=t.block_m_ln, LN_ROWS=max(1, min(t.block_m_ln, 4096 // bd)),
-                BLOCK_K=t.block_k, BLOCK_N_QKV=t.block_n_qkv, BLOCK_N_O=t.block_n_o, BLOCK_N_FFN1=t.block_n_ffn1,
-                BLOCK_N_FFN2=t.block_n_ffn2, SPLIT_K_O=t.split_k_o, SPLIT_K_FFN2=t.split_k_ffn2,
+                BLOCK_M=t.block_m, BLOCK_M_LN=t.block_m_ln, LN_ROWS=max(1, min(t.block_m_ln, 2048 // bd)),
+                BLOCK_K=t.block_k, K_CHUNK_O=G.k_chunk(case.D, t.split_k_o, t.block_k),
+                K_CHUNK_FFN2=G.k_chunk(4 * case.D, t.split_k_ffn2, t.block_k),
                 BLOCK_Q=t.block_q, BLOCK_KV=t.block_kv, BDH=max(16, triton.next_power_of_2(case.dh)), BD=bd,
+                EVEN=case.tokens % t.block_m == 0 and case.D % t.block_k == 0,
+                N_SITES=len(site_bn), SITE_QKV=site[0], SITE_O=site[1], SITE_FFN1=site[2], SITE_FFN2=site[3],
+                SITE_BLOCK_N=tuple(site_bn), SITE_SCHEME=tuple(site_scheme),
                 SCHEME_QKV=t.scheme_qkv, SCHEME_O=t.scheme_o, SCHEME_FFN1=t.scheme_ffn1, SCHEME_FFN2=t.scheme_ffn2,
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,

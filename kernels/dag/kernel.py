@@ -14,11 +14,15 @@ the interpreter):
 
     r        [M, D] fp32   the residual stream: x copied by layer 0's LN1, GEMM K splits added with atomics
     ln1      [M, D] split  A of QKV          qkv  [L, 3, B, H, S, DH] split  q | k | v head-major, one copy per layer
-    att      [M, D] split  A of the out-proj ln2  [M, D] split  A of FFN1     f  [M, 4D] split  A of FFN2
-    weights  W^T [L, K, N] split once by prepare (hi, lo; f16_w1: one fp16 part), biases / LN weights fp32
+    att      [M, D] split  A of the out-proj ln2  [M, D] split  A of FFN1  f  [4, M, D] split  A of FFN2 (column blocks)
+    weights  W^T as [L, N / BN, K, BN] tile slabs (zero-padded), split once by prepare (hi, lo; f16_w1: one fp16
+             part); biases and LayerNorm weights fp32
 
-One task kind per ``@triton.jit`` function below; the GEMM kinds share ``_mma_loop`` (the K loop over one output
-tile: three dots per K step for bf16x3, a_lo w_hi + a_hi w_lo + a_hi w_hi; two for f16_w1, a_lo w + a_hi w).
+Every A operand has row stride D and every weight slab row stride BN, so the four GEMM kinds share one K loop
+(``_gemm_site``: one per distinct tile width and scheme; the defaults have one).
+
+One task kind per ``@triton.jit`` function below (the GEMM kinds: one epilogue each after the shared ``_mma_loop``,
+three dots per K step for bf16x3, a_lo w_hi + a_hi w_lo + a_hi w_hi; two for f16_w1, a_lo w + a_hi w).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from ..common.task_sync import signal_counter, wait_counter
 from ..common.tl_helpers import dot_split, gelu_erf, gelu_log2poly, layernorm_rows, split_bf16, split_f16
 
 LN_EPS = tl.constexpr(1e-5)
-TASK_HEADER = 8  # kind, layer, a, b, c, waits, signals, (unused); then the wait ids, then the signal ids
+TASK_HEADER = tl.constexpr(8)  # kind, layer, a, b, c, waits, signals, (unused); then the wait ids, then the signal ids
 
 
 @triton.jit
@@ -45,50 +49,73 @@ def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: tl.constexpr, GPU: tl.co
 
 
 @triton.jit
-def _mma_loop(a_hi_ptr, a_lo_ptr,   # A parts at the tile's first row and K column; row stride LDA
-              w_hi_ptr, w_lo_ptr,   # W^T parts at the K split's first row and the tile's first column; row stride LDW
-              rows, cols, ks,       # valid rows / columns / K of this tile (masks where not EVEN)
-              LDA: tl.constexpr, LDW: tl.constexpr, KSTEPS: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr,
-              SCHEME: tl.constexpr, DOT_PREC: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """acc [BM, BN] fp32 = A[:, 0:KSTEPS*BK] @ W^T[0:KSTEPS*BK, :] from pre-split parts, software-pipelined."""
-    offs_m = tl.arange(0, BM)
-    offs_n = tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
-    a_offs = offs_m[:, None] * LDA + offs_k[None, :]
-    w_offs = offs_k[:, None] * LDW + offs_n[None, :]
-    acc = tl.zeros((BM, BN), tl.float32)
-    for kk in tl.range(0, KSTEPS, num_stages=NUM_STAGES):
-        if EVEN:
-            a_hi = tl.load(a_hi_ptr + kk * BK + a_offs, cache_modifier=".cg")
-            a_lo = tl.load(a_lo_ptr + kk * BK + a_offs, cache_modifier=".cg")
-            w_hi = tl.load(w_hi_ptr + kk * (BK * LDW) + w_offs)
-            if SCHEME == "bf16x3":
-                w_lo = tl.load(w_lo_ptr + kk * (BK * LDW) + w_offs)
-        else:
-            mk = (kk * BK + offs_k) < ks
-            am = (offs_m < rows)[:, None] & mk[None, :]
-            wm = mk[:, None] & (offs_n < cols)[None, :]
-            a_hi = tl.load(a_hi_ptr + kk * BK + a_offs, mask=am, other=0.0, cache_modifier=".cg")
-            a_lo = tl.load(a_lo_ptr + kk * BK + a_offs, mask=am, other=0.0, cache_modifier=".cg")
-            w_hi = tl.load(w_hi_ptr + kk * (BK * LDW) + w_offs, mask=wm, other=0.0)
-            if SCHEME == "bf16x3":
-                w_lo = tl.load(w_lo_ptr + kk * (BK * LDW) + w_offs, mask=wm, other=0.0)
+def _k_step(acc, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, a_offs, w_offs, row0, k, k_end,
+            M: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+            EVEN: tl.constexpr, SCHEME: tl.constexpr, DOT_PREC: tl.constexpr):
+    """acc + A[rows, k:k+BLOCK_K] @ W^T[k:k+BLOCK_K, tile]: A in column blocks of D ([*, M, D]: K column k lives in
+    block k // D), the weight tile a [K, BLOCK_N] slab (zero-padded past N: no column mask); bf16x3 (three dots) or
+    f16_w1 (two). EVEN: M and every K range are whole tiles / steps (no masks)."""
+    a_base = (k // D) * (M * D) + row0 * D + (k % D)
+    w_base = k * BLOCK_N
+    if EVEN:
+        a_hi = tl.load(a_hi_ptr + a_base + a_offs, cache_modifier=".cg")
+        a_lo = tl.load(a_lo_ptr + a_base + a_offs, cache_modifier=".cg")
+        w_hi = tl.load(w_hi_ptr + w_base + w_offs)
         if SCHEME == "bf16x3":
-            acc = dot_split(a_hi, a_lo, w_hi, w_lo, acc, True, True, DOT_PREC)
-        else:  # f16_w1: one fp16 weight part, A exact in two fp16 parts
-            acc = dot_split(a_hi, a_lo, w_hi, w_hi, acc, True, False, DOT_PREC)
+            w_lo = tl.load(w_lo_ptr + w_base + w_offs)
+    else:
+        mk = (k + tl.arange(0, BLOCK_K)) < k_end
+        am = ((row0 + tl.arange(0, BLOCK_M)) < M)[:, None] & mk[None, :]
+        wm = mk[:, None]
+        a_hi = tl.load(a_hi_ptr + a_base + a_offs, mask=am, other=0.0, cache_modifier=".cg")
+        a_lo = tl.load(a_lo_ptr + a_base + a_offs, mask=am, other=0.0, cache_modifier=".cg")
+        w_hi = tl.load(w_hi_ptr + w_base + w_offs, mask=wm, other=0.0)
+        if SCHEME == "bf16x3":
+            w_lo = tl.load(w_lo_ptr + w_base + w_offs, mask=wm, other=0.0)
+    if SCHEME == "bf16x3":
+        acc = dot_split(a_hi, a_lo, w_hi, w_lo, acc, True, True, DOT_PREC)
+    else:  # f16_w1: one fp16 weight part, A exact in two fp16 parts
+        acc = dot_split(a_hi, a_lo, w_hi, w_hi, acc, True, False, DOT_PREC)
     return acc
 
 
 @triton.jit
-def _ln_rows(src_ptr, copy_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, row0, COPY: tl.constexpr,
+def _mma_loop(a_hi_ptr, a_lo_ptr,   # [K // D, M, D] A parts (column blocks of D)
+              w_hi_ptr, w_lo_ptr,   # [K, BLOCK_N] the tile's weight slab (parts)
+              row0, k0, k_end,      # the tile's first row; its K range [k0, k_end)
+              M: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, EVEN: tl.constexpr, SCHEME: tl.constexpr, DOT_PREC: tl.constexpr,
+              NUM_STAGES: tl.constexpr, GPU: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N] fp32 = A[row0:, k0:k_end] @ W^T[k0:k_end, tile], software-pipelined (GPU: a
+    ``tl.range`` to a run-time bound; the interpreter, which cannot loop to a loaded bound, a while loop). Row
+    strides are constexprs (D, BLOCK_N) whatever the GEMM, so every GEMM kind shares this one loop: one set of
+    wgmma accumulators and operand buffers (four loops, one per kind, needed 255 registers with spills)."""
+    a_offs = tl.arange(0, BLOCK_M)[:, None] * D + tl.arange(0, BLOCK_K)[None, :]
+    w_offs = tl.arange(0, BLOCK_K)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    steps = (k_end - k0 + BLOCK_K - 1) // BLOCK_K
+    if GPU:
+        for kk in tl.range(0, steps, num_stages=NUM_STAGES):
+            acc = _k_step(acc, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, a_offs, w_offs, row0, k0 + kk * BLOCK_K, k_end,
+                          M, D, BLOCK_M, BLOCK_N, BLOCK_K, EVEN, SCHEME, DOT_PREC)
+    else:
+        kk = 0
+        while kk < steps:
+            acc = _k_step(acc, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, a_offs, w_offs, row0, k0 + kk * BLOCK_K, k_end,
+                          M, D, BLOCK_M, BLOCK_N, BLOCK_K, EVEN, SCHEME, DOT_PREC)
+            kk += 1
+    return acc
+
+@triton.jit
+def _ln_rows(src_ptr, copy_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, row0, z, COPY: tl.constexpr,
              M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
              OUT: tl.constexpr, GPU: tl.constexpr):
     """LayerNorm of rows row0 .. row0 + BLOCK_M_LN (< M) of ``src`` [M, D] in chunks of ROWS rows: stored split
     (OUT = the consuming GEMM's scheme) at ``hi_ptr``/``lo_ptr``, or fp32 at ``hi_ptr`` (OUT "fp32"). COPY: also
-    ``copy`` = src (the residual stream's start)."""
-    offs_d = tl.arange(0, BD)
+    ``copy`` = src (the residual stream's start). ``z`` is 0, loaded from the task table: the column offsets
+    built from it cannot be hoisted out of the persistent loop (hoisted, the [ROWS, BD] pointer tiles of every
+    LayerNorm call site stayed in registers across all tasks: the kernel needed 255 registers and spilled)."""
+    offs_d = tl.arange(0, BD) + z
     mask_d = offs_d < D
     w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
     b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
@@ -107,61 +134,34 @@ def _ln_rows(src_ptr, copy_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, row0, COPY: tl.con
 
 
 @triton.jit
-def _ln1_task(l, i, x_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr,
+def _ln1_task(l, i, z, x_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr,
               M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
               SCHEME_QKV: tl.constexpr, GPU: tl.constexpr):
     """A of layer l's QKV = split(LN1(r)) for LN row block i; layer 0 reads x and starts r = x."""
     if l == 0:
-        _ln_rows(x_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, i * BLOCK_M_LN, True, M, D, BLOCK_M_LN, BD, ROWS,
+        _ln_rows(x_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, i * BLOCK_M_LN, z, True, M, D, BLOCK_M_LN, BD, ROWS,
                  SCHEME_QKV, GPU)
     else:
-        _ln_rows(r_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr + l * D, b_ptr + l * D, i * BLOCK_M_LN, False, M, D,
+        _ln_rows(r_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr + l * D, b_ptr + l * D, i * BLOCK_M_LN, z, False, M, D,
                  BLOCK_M_LN, BD, ROWS, SCHEME_QKV, GPU)
 
 
 @triton.jit
-def _ln2_task(l, i, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr,
+def _ln2_task(l, i, z, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr,
               M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
               SCHEME_FFN1: tl.constexpr, GPU: tl.constexpr):
     """A of layer l's FFN1 = split(LN2(r)) for LN row block i."""
-    _ln_rows(r_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr + l * D, b_ptr + l * D, i * BLOCK_M_LN, False, M, D, BLOCK_M_LN,
+    _ln_rows(r_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr + l * D, b_ptr + l * D, i * BLOCK_M_LN, z, False, M, D, BLOCK_M_LN,
              BD, ROWS, SCHEME_FFN1, GPU)
 
 
 @triton.jit
-def _lnf_task(i, r_ptr, y_ptr, w_ptr, b_ptr,
+def _lnf_task(i, z, r_ptr, y_ptr, w_ptr, b_ptr,
               M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
               GPU: tl.constexpr):
     """y = LNf(r) for LN row block i (fp32)."""
-    _ln_rows(r_ptr, r_ptr, y_ptr, y_ptr, w_ptr, b_ptr, i * BLOCK_M_LN, False, M, D, BLOCK_M_LN, BD, ROWS, "fp32",
+    _ln_rows(r_ptr, r_ptr, y_ptr, y_ptr, w_ptr, b_ptr, i * BLOCK_M_LN, z, False, M, D, BLOCK_M_LN, BD, ROWS, "fp32",
              GPU)
-
-
-@triton.jit
-def _qkv_task(l, m, n, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, q_hi_ptr, q_lo_ptr,
-              B: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N_QKV: tl.constexpr, BLOCK_K: tl.constexpr,
-              SCHEME_QKV: tl.constexpr, DOT_PREC: tl.constexpr, NUM_STAGES: tl.constexpr, GPU: tl.constexpr):
-    """Tile (m, n) of layer l's q | k | v = LN1(r) @ Wqkv^T + b, stored head-major and split in bf16 (the
-    attention's operands): column c is part c // D, head (c % D) // DH; row t is batch t // S, position t % S."""
-    M: tl.constexpr = B * S
-    N: tl.constexpr = 3 * D
-    EVEN: tl.constexpr = (M % BLOCK_M == 0) and (N % BLOCK_N_QKV == 0) and (D % BLOCK_K == 0)
-    row0 = m * BLOCK_M
-    col0 = n * BLOCK_N_QKV
-    acc = _mma_loop(a_hi_ptr + row0 * D, a_lo_ptr + row0 * D, w_hi_ptr + l * (D * N) + col0,
-                    w_lo_ptr + l * (D * N) + col0, M - row0, N - col0, D, D, N, (D + BLOCK_K - 1) // BLOCK_K,
-                    BLOCK_M, BLOCK_N_QKV, BLOCK_K, EVEN, SCHEME_QKV, DOT_PREC, NUM_STAGES)
-    rows = row0 + tl.arange(0, BLOCK_M)
-    cols = col0 + tl.arange(0, BLOCK_N_QKV)
-    acc += tl.load(b_ptr + l * N + cols, mask=cols < N, other=0.0)[None, :]
-    part = cols // D
-    hd = (cols - part * D) // DH
-    col_off = part * (M * D) + hd * (S * DH) + (cols - part * D - hd * DH)
-    bb = rows // S
-    row_off = bb * (H * S * DH) + (rows - bb * S) * DH
-    offs = l * (3 * M * D) + row_off[:, None] + col_off[None, :]
-    _store_split(q_hi_ptr, q_lo_ptr, offs, (rows < M)[:, None] & (cols < N)[None, :], acc, "bf16x3", GPU)
 
 
 @triton.jit
@@ -229,71 +229,128 @@ def _attn_task(l, b, h, qb, q_hi_ptr, q_lo_ptr, o_hi_ptr, o_lo_ptr, qk_scale,
 
 
 @triton.jit
-def _residual_tile(l, m, n, s, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, r_ptr,
-                   M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, SPLIT_K: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SCHEME: tl.constexpr, DOT_PREC: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """r[tile (m, n)] += A[:, K split s] @ W^T[K split s, tile n] (+ b on split 0) with fp32 atomics (the
-    output projection and FFN2). A K split is a whole number of BLOCK_K steps (``graph.k_chunk``)."""
-    KSTEPS: tl.constexpr = (((K + BLOCK_K - 1) // BLOCK_K) + SPLIT_K - 1) // SPLIT_K
-    KC: tl.constexpr = KSTEPS * BLOCK_K
-    EVEN: tl.constexpr = (M % BLOCK_M == 0) and (N % BLOCK_N == 0) and (K % KC == 0)
-    row0 = m * BLOCK_M
-    col0 = n * BLOCK_N
-    k0 = s * KC
-    acc = _mma_loop(a_hi_ptr + row0 * K + k0, a_lo_ptr + row0 * K + k0, w_hi_ptr + l * (K * N) + k0 * N + col0,
-                    w_lo_ptr + l * (K * N) + k0 * N + col0, M - row0, N - col0, K - k0, K, N, KSTEPS,
-                    BLOCK_M, BLOCK_N, BLOCK_K, EVEN, SCHEME, DOT_PREC, NUM_STAGES)
+def _qkv_epilogue(acc, l, row0, col0, b_ptr, q_hi_ptr, q_lo_ptr,
+                  B: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GPU: tl.constexpr):
+    """QKV tile: + bias, stored head-major and split in bf16 (the attention's operands): column c is part c // D,
+    head (c % D) // DH; row t is batch t // S, position t % S."""
+    M: tl.constexpr = B * S
+    N: tl.constexpr = 3 * D
     rows = row0 + tl.arange(0, BLOCK_M)
     cols = col0 + tl.arange(0, BLOCK_N)
-    bias = tl.load(b_ptr + l * N + cols, mask=cols < N, other=0.0)
-    acc += tl.where(s == 0, bias, 0.0)[None, :]
-    tl.atomic_add(r_ptr + rows[:, None] * N + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < N)[None, :],
-                  sem="relaxed", scope="gpu")
+    acc += tl.load(b_ptr + l * N + cols, mask=cols < N, other=0.0)[None, :]
+    part = cols // D
+    hd = (cols - part * D) // DH
+    col_off = part * (M * D) + hd * (S * DH) + (cols - part * D - hd * DH)
+    bb = rows // S
+    row_off = bb * (H * S * DH) + (rows - bb * S) * DH
+    offs = l * (3 * M * D) + row_off[:, None] + col_off[None, :]
+    _store_split(q_hi_ptr, q_lo_ptr, offs, (rows < M)[:, None] & (cols < N)[None, :], acc, "bf16x3", GPU)
 
 
 @triton.jit
-def _oproj_task(l, m, n, s, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, r_ptr,
-                M: tl.constexpr, D: tl.constexpr, SPLIT_K_O: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N_O: tl.constexpr, BLOCK_K: tl.constexpr, SCHEME_O: tl.constexpr, DOT_PREC: tl.constexpr,
-                NUM_STAGES: tl.constexpr):
-    """K split s of tile (m, n) of layer l's output projection, added into the residual stream."""
-    _residual_tile(l, m, n, s, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, r_ptr, M, D, D, SPLIT_K_O, BLOCK_M,
-                   BLOCK_N_O, BLOCK_K, SCHEME_O, DOT_PREC, NUM_STAGES)
-
-
-@triton.jit
-def _ffn1_task(l, m, n, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, f_hi_ptr, f_lo_ptr,
-               M: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N_FFN1: tl.constexpr,
-               BLOCK_K: tl.constexpr, SCHEME_FFN1: tl.constexpr, SCHEME_FFN2: tl.constexpr, GELU: tl.constexpr,
-               DOT_PREC: tl.constexpr, NUM_STAGES: tl.constexpr, GPU: tl.constexpr):
-    """Tile (m, n) of layer l's GELU(LN2(r) @ W1^T + b_1) (exact erf GELU), stored split as FFN2's A operand."""
+def _ffn1_epilogue(acc, l, row0, col0, b_ptr, f_hi_ptr, f_lo_ptr,
+                   M: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   SCHEME_FFN2: tl.constexpr, GELU: tl.constexpr, GPU: tl.constexpr):
+    """FFN1 tile: + bias, exact-erf GELU, stored split as FFN2's A operand ([4, M, D]: column c in block c // D)."""
     F: tl.constexpr = 4 * D
-    EVEN: tl.constexpr = (M % BLOCK_M == 0) and (F % BLOCK_N_FFN1 == 0) and (D % BLOCK_K == 0)
-    row0 = m * BLOCK_M
-    col0 = n * BLOCK_N_FFN1
-    acc = _mma_loop(a_hi_ptr + row0 * D, a_lo_ptr + row0 * D, w_hi_ptr + l * (D * F) + col0,
-                    w_lo_ptr + l * (D * F) + col0, M - row0, F - col0, D, D, F, (D + BLOCK_K - 1) // BLOCK_K,
-                    BLOCK_M, BLOCK_N_FFN1, BLOCK_K, EVEN, SCHEME_FFN1, DOT_PREC, NUM_STAGES)
     rows = row0 + tl.arange(0, BLOCK_M)
-    cols = col0 + tl.arange(0, BLOCK_N_FFN1)
+    cols = col0 + tl.arange(0, BLOCK_N)
     acc += tl.load(b_ptr + l * F + cols, mask=cols < F, other=0.0)[None, :]
     if GELU == "log2poly":
         acc = gelu_log2poly(acc, GPU)
     else:
         acc = gelu_erf(acc)
-    _store_split(f_hi_ptr, f_lo_ptr, rows[:, None] * F + cols[None, :], (rows < M)[:, None] & (cols < F)[None, :],
-                 acc, SCHEME_FFN2, GPU)
+    offs = rows[:, None] * D + ((cols // D) * (M * D) + cols % D)[None, :]
+    _store_split(f_hi_ptr, f_lo_ptr, offs, (rows < M)[:, None] & (cols < F)[None, :], acc, SCHEME_FFN2, GPU)
 
 
 @triton.jit
-def _ffn2_task(l, m, n, s, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, r_ptr,
-               M: tl.constexpr, D: tl.constexpr, SPLIT_K_FFN2: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N_FFN2: tl.constexpr, BLOCK_K: tl.constexpr, SCHEME_FFN2: tl.constexpr, DOT_PREC: tl.constexpr,
-               NUM_STAGES: tl.constexpr):
-    """K split s of tile (m, n) of layer l's FFN2, added into the residual stream."""
-    _residual_tile(l, m, n, s, a_hi_ptr, a_lo_ptr, w_hi_ptr, w_lo_ptr, b_ptr, r_ptr, M, D, 4 * D, SPLIT_K_FFN2,
-                   BLOCK_M, BLOCK_N_FFN2, BLOCK_K, SCHEME_FFN2, DOT_PREC, NUM_STAGES)
+def _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, N, M: tl.constexpr, D: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Output-projection / FFN2 K split s: r[tile] += acc (+ bias on split 0) with fp32 atomics (N = D)."""
+    rows = row0 + tl.arange(0, BLOCK_M)
+    cols = col0 + tl.arange(0, BLOCK_N)
+    bias = tl.load(b_ptr + l * D + cols, mask=cols < D, other=0.0)
+    acc += tl.where(s == 0, bias, 0.0)[None, :]
+    tl.atomic_add(r_ptr + rows[:, None] * D + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < D)[None, :],
+                  sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _gemm_task(kind, l, m, n, s,
+               a_hi_ptr, a_lo_ptr,   # [K // D, M, D] the A operand's parts (ln1 | att | ln2 | f)
+               w_hi_ptr, w_lo_ptr,   # [L, N // BLOCK_N, K, BLOCK_N] the weight's tile slabs (parts)
+               b_ptr,                # [L, N] bias
+               K, N, k_chunk,        # the GEMM's K and N; the K split's width (K when not split)
+               r_ptr, q_hi_ptr, q_lo_ptr, f_hi_ptr, f_lo_ptr,   # the epilogues' outputs
+               B: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+               SCHEME: tl.constexpr, SCHEME_FFN2: tl.constexpr, GELU: tl.constexpr, DOT_PREC: tl.constexpr,
+               NUM_STAGES: tl.constexpr, GPU: tl.constexpr):
+    """GEMM task (tile (m, n), K split s) of layer l: kind 1 QKV, 3 output projection, 5 FFN1, 6 FFN2 (the caller
+    picks the operands; ``_gemm_site``). One K loop for every kind, then the kind's epilogue."""
+    M: tl.constexpr = B * S
+    row0 = m * BLOCK_M
+    col0 = n * BLOCK_N
+    k0 = s * k_chunk
+    k_end = tl.minimum(k0 + k_chunk, K)
+    slab = (l * ((N + BLOCK_N - 1) // BLOCK_N) + n) * (K * BLOCK_N)
+    acc = _mma_loop(a_hi_ptr, a_lo_ptr, w_hi_ptr + slab, w_lo_ptr + slab, row0, k0, k_end, M, D, BLOCK_M,
+                    BLOCK_N, BLOCK_K, EVEN, SCHEME, DOT_PREC, NUM_STAGES, GPU)
+    if kind == 1:
+        _qkv_epilogue(acc, l, row0, col0, b_ptr, q_hi_ptr, q_lo_ptr, B, S, D, H, DH, BLOCK_M, BLOCK_N, GPU)
+    elif kind == 5:
+        _ffn1_epilogue(acc, l, row0, col0, b_ptr, f_hi_ptr, f_lo_ptr, M, D, BLOCK_M, BLOCK_N, SCHEME_FFN2, GELU, GPU)
+    else:
+        _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, N, M, D, BLOCK_M, BLOCK_N)
+
+@triton.jit
+def _gemm_site(kind, l, m, n, s,
+               ln1_hi_ptr, ln1_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
+               wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr, wo_hi_ptr, wo_lo_ptr, bo_ptr,
+               w1_hi_ptr, w1_lo_ptr, b1_ptr, w2_hi_ptr, w2_lo_ptr, b2_ptr,
+               r_ptr, q_hi_ptr, q_lo_ptr,
+               SITE: tl.constexpr, SITE_QKV: tl.constexpr, SITE_O: tl.constexpr, SITE_FFN1: tl.constexpr,
+               SITE_FFN2: tl.constexpr, K_CHUNK_O: tl.constexpr, K_CHUNK_FFN2: tl.constexpr,
+               B: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+               SCHEME: tl.constexpr, SCHEME_FFN2: tl.constexpr, GELU: tl.constexpr, DOT_PREC: tl.constexpr,
+               NUM_STAGES: tl.constexpr, GPU: tl.constexpr):
+    """A GEMM task of one site: the GEMM kinds that share a tile width and a scheme (host.gemm_sites: the
+    defaults put all four on site 0) share one ``_gemm_task`` body. Picks the task's operands among the site's
+    kinds: the first member's unconditionally, the others' by ``kind``."""
+    IN_Q: tl.constexpr = SITE_QKV == SITE
+    IN_O: tl.constexpr = SITE_O == SITE
+    IN_1: tl.constexpr = SITE_FFN1 == SITE
+    IN_2: tl.constexpr = SITE_FFN2 == SITE
+    zero = kind * 0
+    if IN_Q:
+        a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (ln1_hi_ptr, ln1_lo_ptr, wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr, zero + D,
+                                               zero + 3 * D, zero + D)
+    elif IN_O:
+        a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (att_hi_ptr, att_lo_ptr, wo_hi_ptr, wo_lo_ptr, bo_ptr, zero + D,
+                                               zero + D, zero + K_CHUNK_O)
+    elif IN_1:
+        a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (ln2_hi_ptr, ln2_lo_ptr, w1_hi_ptr, w1_lo_ptr, b1_ptr, zero + D,
+                                               zero + 4 * D, zero + D)
+    else:
+        a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (f_hi_ptr, f_lo_ptr, w2_hi_ptr, w2_lo_ptr, b2_ptr, zero + 4 * D,
+                                               zero + D, zero + K_CHUNK_FFN2)
+    if IN_O and IN_Q:
+        if kind == 3:
+            a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (att_hi_ptr, att_lo_ptr, wo_hi_ptr, wo_lo_ptr, bo_ptr, zero + D,
+                                                   zero + D, zero + K_CHUNK_O)
+    if IN_1 and (IN_Q or IN_O):
+        if kind == 5:
+            a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (ln2_hi_ptr, ln2_lo_ptr, w1_hi_ptr, w1_lo_ptr, b1_ptr, zero + D,
+                                                   zero + 4 * D, zero + D)
+    if IN_2 and (IN_Q or IN_O or IN_1):
+        if kind == 6:
+            a_hi, a_lo, w_hi, w_lo, b, K, N, kc = (f_hi_ptr, f_lo_ptr, w2_hi_ptr, w2_lo_ptr, b2_ptr, zero + 4 * D,
+                                                   zero + D, zero + K_CHUNK_FFN2)
+    _gemm_task(kind, l, m, n, s, a_hi, a_lo, w_hi, w_lo, b, K, N, kc, r_ptr, q_hi_ptr, q_lo_ptr, f_hi_ptr, f_lo_ptr,
+               B, S, D, H, DH, BLOCK_M, BLOCK_N, BLOCK_K, EVEN, SCHEME, SCHEME_FFN2, GELU, DOT_PREC, NUM_STAGES, GPU)
 
 
 @triton.jit
@@ -333,13 +390,13 @@ def _dag_fwd(
     qkv_hi_ptr, qkv_lo_ptr,  # [L, 3, B, H, S, DH] split q | k | v, head-major
     att_hi_ptr, att_lo_ptr,  # [M, D] split attention output (A of the output projection)
     ln2_hi_ptr, ln2_lo_ptr,  # [M, D] split LN2 (A of FFN1)
-    f_hi_ptr, f_lo_ptr,     # [M, 4D] split GELU(FFN1) (A of FFN2)
+    f_hi_ptr, f_lo_ptr,     # [4, M, D] split GELU(FFN1) (A of FFN2), in column blocks of D
     ln1w_ptr, ln1b_ptr,     # [L, D]
-    wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr,  # [L, D, 3D] W_qkv^T parts, [L, 3D]
-    wo_hi_ptr, wo_lo_ptr, bo_ptr,        # [L, D, D], [L, D]
+    wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr,  # [L, 3D / BN, D, BN] W_qkv^T tile slabs (parts), [L, 3D]
+    wo_hi_ptr, wo_lo_ptr, bo_ptr,        # [L, D / BN, D, BN], [L, D]
     ln2w_ptr, ln2b_ptr,     # [L, D]
-    w1_hi_ptr, w1_lo_ptr, b1_ptr,        # [L, D, 4D], [L, 4D]
-    w2_hi_ptr, w2_lo_ptr, b2_ptr,        # [L, 4D, D], [L, D]
+    w1_hi_ptr, w1_lo_ptr, b1_ptr,        # [L, 4D / BN, D, BN], [L, 4D]
+    w2_hi_ptr, w2_lo_ptr, b2_ptr,        # [L, D / BN, 4D, BN], [L, D]
     lnfw_ptr, lnfb_ptr,     # [D]
     tab_ptr,                # [n_tasks, TASK_WIDTH] int32 task table in queue order (graph.py)
     order_ptr,              # QUEUE static: [GRID + 1] list offsets, then [n_tasks] task indices; else unused
@@ -354,9 +411,10 @@ def _dag_fwd(
     B: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
     CAUSAL: tl.constexpr, GRID: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_M_LN: tl.constexpr, LN_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_N_QKV: tl.constexpr, BLOCK_N_O: tl.constexpr, BLOCK_N_FFN1: tl.constexpr, BLOCK_N_FFN2: tl.constexpr,
-    SPLIT_K_O: tl.constexpr, SPLIT_K_FFN2: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr,
-    BDH: tl.constexpr, BD: tl.constexpr,
+    K_CHUNK_O: tl.constexpr, K_CHUNK_FFN2: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr,
+    BDH: tl.constexpr, BD: tl.constexpr, EVEN: tl.constexpr,
+    N_SITES: tl.constexpr, SITE_QKV: tl.constexpr, SITE_O: tl.constexpr, SITE_FFN1: tl.constexpr,
+    SITE_FFN2: tl.constexpr, SITE_BLOCK_N: tl.constexpr, SITE_SCHEME: tl.constexpr,
     SCHEME_QKV: tl.constexpr, SCHEME_O: tl.constexpr, SCHEME_FFN1: tl.constexpr, SCHEME_FFN2: tl.constexpr,
     GELU: tl.constexpr, QUEUE: tl.constexpr, MAX_WAITS: tl.constexpr, MAX_SIGNALS: tl.constexpr,
     TASK_WIDTH: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PREC: tl.constexpr, GPU: tl.constexpr,
@@ -382,30 +440,31 @@ def _dag_fwd(
         a = tl.load(row + 2)
         b = tl.load(row + 3)
         c = tl.load(row + 4)
+        z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_rows)
         _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
         if kind == 0:
-            _ln1_task(l, a, x_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, ln1w_ptr, ln1b_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
+            _ln1_task(l, a, z, x_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, ln1w_ptr, ln1b_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
                       SCHEME_QKV, GPU)
-        elif kind == 1:
-            _qkv_task(l, a, b, ln1_hi_ptr, ln1_lo_ptr, wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr, qkv_hi_ptr, qkv_lo_ptr,
-                      B, S, D, H, DH, BLOCK_M, BLOCK_N_QKV, BLOCK_K, SCHEME_QKV, DOT_PREC, NUM_STAGES, GPU)
         elif kind == 2:
             _attn_task(l, a, b, c, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, qk_scale, B, S, D, H, DH, CAUSAL,
                        BLOCK_Q, BLOCK_KV, BDH, SCHEME_O, DOT_PREC, GPU)
-        elif kind == 3:
-            _oproj_task(l, a, b, c, att_hi_ptr, att_lo_ptr, wo_hi_ptr, wo_lo_ptr, bo_ptr, r_ptr, M, D, SPLIT_K_O,
-                        BLOCK_M, BLOCK_N_O, BLOCK_K, SCHEME_O, DOT_PREC, NUM_STAGES)
         elif kind == 4:
-            _ln2_task(l, a, r_ptr, ln2_hi_ptr, ln2_lo_ptr, ln2w_ptr, ln2b_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
+            _ln2_task(l, a, z, r_ptr, ln2_hi_ptr, ln2_lo_ptr, ln2w_ptr, ln2b_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
                       SCHEME_FFN1, GPU)
-        elif kind == 5:
-            _ffn1_task(l, a, b, ln2_hi_ptr, ln2_lo_ptr, w1_hi_ptr, w1_lo_ptr, b1_ptr, f_hi_ptr, f_lo_ptr, M, D,
-                       BLOCK_M, BLOCK_N_FFN1, BLOCK_K, SCHEME_FFN1, SCHEME_FFN2, GELU, DOT_PREC, NUM_STAGES, GPU)
-        elif kind == 6:
-            _ffn2_task(l, a, b, c, f_hi_ptr, f_lo_ptr, w2_hi_ptr, w2_lo_ptr, b2_ptr, r_ptr, M, D, SPLIT_K_FFN2,
-                       BLOCK_M, BLOCK_N_FFN2, BLOCK_K, SCHEME_FFN2, DOT_PREC, NUM_STAGES)
-        else:
-            _lnf_task(a, r_ptr, y_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, GPU)
+        elif kind == 7:
+            _lnf_task(a, z, r_ptr, y_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, GPU)
+        else:  # a GEMM (kinds 1, 3, 5, 6): on its site (one per distinct tile width and scheme)
+            site = tl.where(kind == 1, SITE_QKV, tl.where(kind == 3, SITE_O, tl.where(kind == 5, SITE_FFN1, SITE_FFN2)))
+            for j in tl.static_range(N_SITES):
+                BN_J: tl.constexpr = SITE_BLOCK_N[j]
+                SCHEME_J: tl.constexpr = SITE_SCHEME[j]
+                if site == j:
+                    _gemm_site(kind, l, a, b, c, ln1_hi_ptr, ln1_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
+                               f_hi_ptr, f_lo_ptr, wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr, wo_hi_ptr, wo_lo_ptr, bo_ptr,
+                               w1_hi_ptr, w1_lo_ptr, b1_ptr, w2_hi_ptr, w2_lo_ptr, b2_ptr, r_ptr, qkv_hi_ptr, qkv_lo_ptr,
+                               j, SITE_QKV, SITE_O, SITE_FFN1, SITE_FFN2, K_CHUNK_O, K_CHUNK_FFN2, B, S, D, H, DH,
+                               BLOCK_M, BN_J, BLOCK_K, EVEN, SCHEME_J, SCHEME_FFN2, GELU, DOT_PREC,
+                               NUM_STAGES, GPU)
         _signal_task(row, ctr_ptr, MAX_WAITS, MAX_SIGNALS, GPU)
         if QUEUE == "queue":
             pos = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
