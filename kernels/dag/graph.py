@@ -165,6 +165,9 @@ def check_tiling(case: Case, t: Tiling) -> None:
               "block_kv"):
         if getattr(t, n) < 16:
             raise TilingError(f"dag: {n}={getattr(t, n)} is below 16, the smallest tensor-core tile edge; set {n}>=16")
+    if case.D % t.block_k:
+        raise TilingError(f"dag: block_k={t.block_k} must divide D={case.D} (a K step must not cross a column "
+                          "block of D); lower block_k")
     if t.block_m % t.block_m_ln:
         raise TilingError(f"dag: block_m_ln={t.block_m_ln} must divide block_m={t.block_m} (LayerNorm tasks "
                           "signal the row block they lie in); lower block_m_ln")

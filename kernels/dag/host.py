@@ -95,6 +95,8 @@ def tiling_for(case: Case, o: dict, programs: int) -> G.Tiling:
     M, D = case.tokens, case.D
     bm = _clamp(o["block_m"], M)
     bk = _clamp(o["block_k"], D)
+    while D % bk and bk > 16:  # a K step must not cross a column block of D (FFN2's A: [4, M, D])
+        bk //= 2
     bn_o = _clamp(o["block_n_o"], D)
     bn_f2 = _clamp(o["block_n_ffn2"], D)
     tiles_o = -(-M // bm) * -(-D // bn_o)
@@ -112,6 +114,9 @@ def tiling_for(case: Case, o: dict, programs: int) -> G.Tiling:
 def check_envelope(case: Case, t: G.Tiling) -> None:
     """Raise ``Unsupported`` for a case the kernel does not handle (int32 offsets, unrolled waits)."""
     M, D, L = case.tokens, case.D, case.L
+    if D % 16:
+        raise Unsupported(f"dag: D={D} is not a multiple of 16, the smallest K step of the tensor-core loop "
+                          "(block_k); use hybrid")
     if 3 * L * M * D > INT32_MAX or 4 * L * D * D > INT32_MAX or 4 * M * D > INT32_MAX:
         raise Unsupported(f"dag: {case.name} is too large for the kernel's int32 offsets (L*3*B*S*D = "
                           f"{3 * L * M * D}); use hybrid")
