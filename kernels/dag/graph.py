@@ -359,6 +359,7 @@ def critical_order(tasks: list, prods: list, n_programs: int) -> list:
     for i in range(n - 1, -1, -1):  # the sequential order is topological
         bottom[i] = tasks[i].cost + max((bottom[c] for c in cons[i]), default=0.0)
     missing = [len(ps) for ps in prods]
+    ready_at = [0.0] * n
     ready = [(-bottom[i], i) for i in range(n) if missing[i] == 0]
     heapq.heapify(ready)
     free = [(0.0, k) for k in range(max(1, n_programs))]
@@ -368,12 +369,13 @@ def critical_order(tasks: list, prods: list, n_programs: int) -> list:
         fin, j = heapq.heappop(running)
         for c in cons[j]:
             missing[c] -= 1
+            ready_at[c] = max(ready_at[c], fin)
             if missing[c] == 0:
                 heapq.heappush(ready, (-bottom[c], c))
         return fin
 
-    out = []
-    while len(out) < n:
+    start = [0.0] * n
+    for _ in range(n):
         now, k = heapq.heappop(free)
         while running and running[0][0] <= now:
             finish_one()
@@ -382,10 +384,11 @@ def critical_order(tasks: list, prods: list, n_programs: int) -> list:
                 raise AssertionError("dag graph: no ready task (the dependencies have a cycle)")
             now = max(now, finish_one())
         _, i = heapq.heappop(ready)
-        out.append(i)
-        heapq.heappush(running, (now + tasks[i].cost, i))
-        heapq.heappush(free, (now + tasks[i].cost, k))
-    return out
+        start[i] = max(now, ready_at[i])
+        heapq.heappush(running, (start[i] + tasks[i].cost, i))
+        heapq.heappush(free, (start[i] + tasks[i].cost, k))
+    # the queue order: by start time; ties by the longer chain ahead, then the sequential order
+    return sorted(range(n), key=lambda i: (start[i], -bottom[i], i))
 
 
 def topological(g: Graph) -> list[str]:
