@@ -31,10 +31,7 @@ def signature(case, t: G.Tiling) -> dict:
     for n in names[:names.index("B")]:
         stem = n.rsplit("_", 2)[0]
         if n.endswith(("_hi_ptr", "_lo_ptr")):
-            dt = _part_dtype(part[stem], True)
-            if stem.startswith("w") and part[stem] == "f16_w1":
-                dt = _part_dtype("f16_w1", True)
-            sig[n] = _TORCH_TO_TRITON[str(dt)]
+            sig[n] = _TORCH_TO_TRITON[str(_part_dtype(part[stem], True))]
         elif n in ("tab_ptr", "order_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr"):
             sig[n] = "*i32"
         elif n in ("n_tasks", "epoch", "spin_limit"):

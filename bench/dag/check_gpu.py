@@ -46,7 +46,7 @@ CONFIGS = {
     "f16_ffn2": dict(scheme_ffn2="f16_w1"),
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
-DEFAULT_CONFIGS = ("default", "bn128", "cps2", "static")
+DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
 
 
 def _env() -> dict:

@@ -249,6 +249,21 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
             cost = COST_TASK_US + (r1 - r0) * D * 8 / (COST_GBS_SM * 1e3)
             tasks.append(Task(kind, l, i, waits=waits, signals=sigs, cost=cost, access=tuple(acc)))
 
+    def residual_tasks(kind: int, l: int, K: int, bn: int, splits: int, kc: int, wait_stage: str, src: str,
+                       scheme: str):
+        """K split s of tile (m, n) of a residual GEMM (r += A @ W^T): waits for (wait_stage, l, m, s)."""
+        p, w = _products(scheme)
+        for m in range(NM):
+            r0, r1 = m * BM, min(M, (m + 1) * BM)
+            for n in range(_ceil(D, bn)):
+                c0, c1 = n * bn, min(D, (n + 1) * bn)
+                for s in range(splits):
+                    k0, k1 = s * kc, min(K, (s + 1) * kc)
+                    tasks.append(Task(kind, l, m, n, s, waits=(ctr.id(wait_stage, l, m, s),),
+                                      signals=ctr.signal([("o" if kind == OPROJ else "f2", l, m)]),
+                                      cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p, w_bytes=w),
+                                      access=(Access(src, 0, r0, r1, k0, k1, "r"), Access("r", 0, r0, r1, c0, c1, "a"))))
+
     HGQ = head_group(dh, H, t.block_n_qkv)
     kc_o, kc_f = k_chunk(D, t.split_k_o, t.block_k), k_chunk(F, t.split_k_ffn2, t.block_k)
     so, sf = n_splits(D, t.split_k_o, t.block_k), n_splits(F, t.split_k_ffn2, t.block_k)
@@ -284,18 +299,7 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
                            Access("attn", 0, q0, q1, h * dh, (h + 1) * dh, "w"))
                     tasks.append(Task(ATTN, l, b, h, qb, waits=waits, signals=sigs, cost=cost, access=acc))
         # output projection: K split s waits for the heads of its K range
-        p, w = _products(t.scheme_o)
-        for m in range(NM):
-            r0, r1 = m * BM, min(M, (m + 1) * BM)
-            for n in range(_ceil(D, t.block_n_o)):
-                c0, c1 = n * t.block_n_o, min(D, (n + 1) * t.block_n_o)
-                for s in range(so):
-                    k0, k1 = s * kc_o, min(D, (s + 1) * kc_o)
-                    tasks.append(Task(OPROJ, l, m, n, s, waits=(ctr.id("attn", l, m, s),),
-                                      signals=ctr.signal([("o", l, m)]), cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p,
-                                                                                        w_bytes=w),
-                                      access=(Access("attn", 0, r0, r1, k0, k1, "r"),
-                                              Access("r", 0, r0, r1, c0, c1, "a"))))
+        residual_tasks(OPROJ, l, D, t.block_n_o, so, kc_o, "attn", "attn", t.scheme_o)
         ln_tasks(LN2, l, "o", l, "r", "ln2", "ln2")
         p, w = _products(t.scheme_ffn1)
         for m in range(NM):
@@ -307,17 +311,8 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
                                   signals=ctr.signal([("f1", l, m, s) for s in chunks]),
                                   cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
                                   access=(Access("ln2", 0, r0, r1, 0, D, "r"), Access("f", 0, r0, r1, c0, c1, "w"))))
-        p, w = _products(t.scheme_ffn2)
-        for m in range(NM):
-            r0, r1 = m * BM, min(M, (m + 1) * BM)
-            for n in range(_ceil(D, t.block_n_ffn2)):
-                c0, c1 = n * t.block_n_ffn2, min(D, (n + 1) * t.block_n_ffn2)
-                for s in range(sf):
-                    k0, k1 = s * kc_f, min(F, (s + 1) * kc_f)
-                    tasks.append(Task(FFN2, l, m, n, s, waits=(ctr.id("f1", l, m, s),),
-                                      signals=ctr.signal([("f2", l, m)]), cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p,
-                                                                                         w_bytes=w),
-                                      access=(Access("f", 0, r0, r1, k0, k1, "r"), Access("r", 0, r0, r1, c0, c1, "a"))))
+        # FFN2: K split s waits for the FFN1 columns of its K range
+        residual_tasks(FFN2, l, F, t.block_n_ffn2, sf, kc_f, "f1", "f", t.scheme_ffn2)
     ln_tasks(LNF, L - 1, "f2", L - 1, "r", "y", None)
     for i, tk in enumerate(tasks):
         tk.seq = i
