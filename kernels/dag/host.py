@@ -327,7 +327,8 @@ def prepare(case: Case, weights: Weights, **params) -> DagPrepared:
     if gpu:
         p.kernel = compile_only(p)
         occ = occupancy(p.kernel, o["num_warps"], dev)
-        p.info.update(registers=p.kernel.n_regs, spills=p.kernel.n_spills, shared=p.kernel.metadata.shared,
+        p.info.update(registers=p.kernel.n_regs, spills=getattr(p.kernel, "n_spills", None),
+                      shared=p.kernel.metadata.shared,
                       occupancy=occ)
         if grid > n_sm * occ:
             raise Unsupported(f"dag: grid={grid} programs are not co-resident: the compiled kernel fits {occ} per SM "
