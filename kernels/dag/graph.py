@@ -142,11 +142,6 @@ def k_chunk(K: int, splits: int, block_k: int) -> int:
     return _ceil(_ceil(K, block_k), splits) * block_k
 
 
-def n_splits(K: int, splits: int, block_k: int) -> int:
-    """K splits that are not empty (fewer than asked when K has fewer steps)."""
-    return _ceil(K, k_chunk(K, splits, block_k))
-
-
 def head_group(dh: int, H: int, block_n: int) -> int:
     """Heads per QKV dependency counter: the heads one column tile covers when tiles hold whole heads, else 1."""
     if block_n % dh == 0 and H % (block_n // dh) == 0:
@@ -220,76 +215,66 @@ def _products(scheme: str) -> tuple[int, int]:
     return (3, 4) if scheme == "bf16x3" else (2, 2)
 
 
-def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int = 132) -> Graph:
-    """The task graph of ``case`` with ``tiling``, in queue order ``order``: ``layer`` (the sequential model's
-    order: layer by layer, stage by stage) or ``critical`` (the start order of a list schedule on ``n_programs``
-    programs that runs the ready task with the longest remaining chain first)."""
-    check_tiling(case, tiling)
-    if order not in ORDERS:
-        raise TilingError(f"dag: order={order!r}: one of {ORDERS}")
-    B, S, D, H, L, dh = case.B, case.S, case.D, case.H, case.L, case.dh
-    M, F = B * S, 4 * D
-    t = tiling
-    BM = t.block_m
-    NM = _ceil(M, BM)
-    ctr = _Counters()
-    tasks: list[Task] = []
+class _Builder:
+    """Appends the tasks of one stage at a time, in the sequential model's order (``build``)."""
 
-    def blocks(r0: int, r1: int) -> range:
-        return range(r0 // BM, _ceil(r1, BM))
+    def __init__(self, case: Case, t: Tiling):
+        self.case, self.t = case, t
+        self.M, self.D, self.F, self.dh = case.tokens, case.D, 4 * case.D, case.dh
+        self.BM = t.block_m
+        self.NM = _ceil(self.M, self.BM)
+        self.ctr = _Counters()
+        self.tasks: list[Task] = []
+        self.hg = head_group(case.dh, case.H, t.block_n_qkv)      # heads per QKV counter
+        self.kc_o, self.kc_f = k_chunk(self.D, t.split_k_o, t.block_k), k_chunk(self.F, t.split_k_ffn2, t.block_k)
 
-    def ln_tasks(kind: int, l: int, wait_stage: str | None, wait_layer: int, src: str, dst: str, sig: str | None):
-        for i in range(_ceil(M, t.block_m_ln)):
-            r0, r1 = i * t.block_m_ln, min(M, (i + 1) * t.block_m_ln)
+    def blocks(self, r0: int, r1: int) -> range:
+        """The row blocks that rows [r0, r1) touch."""
+        return range(r0 // self.BM, _ceil(r1, self.BM))
+
+    def rows(self, m: int) -> tuple[int, int]:
+        return m * self.BM, min(self.M, (m + 1) * self.BM)
+
+    def ln(self, kind: int, l: int, wait: tuple | None, src: str, dst: str, sig: str | None):
+        """LayerNorm tasks of ``block_m_ln`` rows: wait for ``wait`` = (stage, layer) of their row blocks."""
+        t, D, ctr = self.t, self.D, self.ctr
+        for i in range(_ceil(self.M, t.block_m_ln)):
+            r0, r1 = i * t.block_m_ln, min(self.M, (i + 1) * t.block_m_ln)
             acc = [Access(src, 0, r0, r1, 0, D, "r"), Access(dst, 0, r0, r1, 0, D, "w")]
             if kind == LN1 and l == 0:
                 acc.append(Access("r", 0, r0, r1, 0, D, "w"))  # the residual stream starts as a copy of x
-            waits = tuple(ctr.id(wait_stage, wait_layer, m) for m in blocks(r0, r1)) if wait_stage else ()
-            sigs = ctr.signal([(sig, l, m) for m in blocks(r0, r1)]) if sig else ()
+            waits = tuple(ctr.id(wait[0], wait[1], m) for m in self.blocks(r0, r1)) if wait else ()
+            sigs = ctr.signal([(sig, l, m) for m in self.blocks(r0, r1)]) if sig else ()
             cost = COST_TASK_US + (r1 - r0) * D * 8 / (COST_GBS_SM * 1e3)
-            tasks.append(Task(kind, l, i, waits=waits, signals=sigs, cost=cost, access=tuple(acc)))
+            self.tasks.append(Task(kind, l, i, waits=waits, signals=sigs, cost=cost, access=tuple(acc)))
 
-    def residual_tasks(kind: int, l: int, K: int, bn: int, splits: int, kc: int, wait_stage: str, src: str,
-                       scheme: str):
-        """K split s of tile (m, n) of a residual GEMM (r += A @ W^T): waits for (wait_stage, l, m, s)."""
-        p, w = _products(scheme)
-        for m in range(NM):
-            r0, r1 = m * BM, min(M, (m + 1) * BM)
-            for n in range(_ceil(D, bn)):
-                c0, c1 = n * bn, min(D, (n + 1) * bn)
-                for s in range(splits):
-                    k0, k1 = s * kc, min(K, (s + 1) * kc)
-                    tasks.append(Task(kind, l, m, n, s, waits=(ctr.id(wait_stage, l, m, s),),
-                                      signals=ctr.signal([("o" if kind == OPROJ else "f2", l, m)]),
-                                      cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p, w_bytes=w),
-                                      access=(Access(src, 0, r0, r1, k0, k1, "r"), Access("r", 0, r0, r1, c0, c1, "a"))))
-
-    HGQ = head_group(dh, H, t.block_n_qkv)
-    kc_o, kc_f = k_chunk(D, t.split_k_o, t.block_k), k_chunk(F, t.split_k_ffn2, t.block_k)
-    so, sf = n_splits(D, t.split_k_o, t.block_k), n_splits(F, t.split_k_ffn2, t.block_k)
-    for l in range(L):
-        # LN1: layer 0 reads x (and starts r), later layers wait for the row block's FFN2 of the layer before
-        ln_tasks(LN1, l, "f2" if l else None, l - 1, "x" if l == 0 else "r", "ln1", "ln1")
-        # QKV tiles: signal the head groups of q, k or v they cover
+    def qkv(self, l: int):
+        """QKV tiles: wait for LN1 of their row block, signal the head groups of q, k or v they cover."""
+        t, D, ctr = self.t, self.D, self.ctr
         p, w = _products(t.scheme_qkv)
-        for m in range(NM):
-            r0, r1 = m * BM, min(M, (m + 1) * BM)
+        for m in range(self.NM):
+            r0, r1 = self.rows(m)
             for n in range(_ceil(3 * D, t.block_n_qkv)):
                 c0, c1 = n * t.block_n_qkv, min(3 * D, (n + 1) * t.block_n_qkv)
-                groups = sorted({((c % D) // dh) // HGQ for c in range(c0, c1)})
-                tasks.append(Task(QKV, l, m, n, waits=(ctr.id("ln1", l, m),),
-                                  signals=ctr.signal([("qkv", l, m, g) for g in groups]),
-                                  cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
-                                  access=(Access("ln1", 0, r0, r1, 0, D, "r"), Access("qkv", l, r0, r1, c0, c1, "w"))))
-        # attention: waits for the key rows it reads (causal: up to its query block), its head group only
-        for b in range(B):
-            for h in range(H):
+                groups = sorted({((c % D) // self.dh) // self.hg for c in range(c0, c1)})
+                self.tasks.append(Task(QKV, l, m, n, waits=(ctr.id("ln1", l, m),),
+                                       signals=ctr.signal([("qkv", l, m, g) for g in groups]),
+                                       cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
+                                       access=(Access("ln1", 0, r0, r1, 0, D, "r"),
+                                               Access("qkv", l, r0, r1, c0, c1, "w"))))
+
+    def attn(self, l: int):
+        """Attention tasks: wait for the key rows they read (causal: up to their query block) of their head group;
+        signal the output projection's K chunks their head lies in."""
+        c, t, D, dh, S, ctr = self.case, self.t, self.D, self.dh, self.case.S, self.ctr
+        for b in range(c.B):
+            for h in range(c.H):
                 for qb in range(_ceil(S, t.block_q)):
                     q0, q1 = b * S + qb * t.block_q, b * S + min(S, (qb + 1) * t.block_q)
-                    kend = b * S + (min(S, (qb + 1) * t.block_q) if case.causal else S)
-                    waits = tuple(ctr.id("qkv", l, m, h // HGQ) for m in blocks(b * S, kend))
-                    chunks = range((h * dh) // kc_o, _ceil((h + 1) * dh, kc_o))
-                    sigs = ctr.signal([("attn", l, m, c) for m in blocks(q0, q1) for c in chunks])
+                    kend = b * S + (min(S, (qb + 1) * t.block_q) if c.causal else S)
+                    waits = tuple(ctr.id("qkv", l, m, h // self.hg) for m in self.blocks(b * S, kend))
+                    chunks = range((h * dh) // self.kc_o, _ceil((h + 1) * dh, self.kc_o))
+                    sigs = ctr.signal([("attn", l, m, k) for m in self.blocks(q0, q1) for k in chunks])
                     nk = kend - b * S
                     cost = COST_TASK_US + 2.0 * 2 * (q1 - q0) * nk * dh * 3 / (COST_TFLOPS_SM * 1e6) \
                         + 2 * nk * dh * 4 / (COST_GBS_SM * 1e3)
@@ -297,35 +282,71 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
                            Access("qkv", l, b * S, kend, D + h * dh, D + (h + 1) * dh, "r"),
                            Access("qkv", l, b * S, kend, 2 * D + h * dh, 2 * D + (h + 1) * dh, "r"),
                            Access("attn", 0, q0, q1, h * dh, (h + 1) * dh, "w"))
-                    tasks.append(Task(ATTN, l, b, h, qb, waits=waits, signals=sigs, cost=cost, access=acc))
-        # output projection: K split s waits for the heads of its K range
-        residual_tasks(OPROJ, l, D, t.block_n_o, so, kc_o, "attn", "attn", t.scheme_o)
-        ln_tasks(LN2, l, "o", l, "r", "ln2", "ln2")
+                    self.tasks.append(Task(ATTN, l, b, h, qb, waits=waits, signals=sigs, cost=cost, access=acc))
+
+    def ffn1(self, l: int):
+        """FFN1 tiles: wait for LN2 of their row block, signal FFN2's K chunks their columns lie in."""
+        t, D, F, ctr = self.t, self.D, self.F, self.ctr
         p, w = _products(t.scheme_ffn1)
-        for m in range(NM):
-            r0, r1 = m * BM, min(M, (m + 1) * BM)
+        for m in range(self.NM):
+            r0, r1 = self.rows(m)
             for n in range(_ceil(F, t.block_n_ffn1)):
                 c0, c1 = n * t.block_n_ffn1, min(F, (n + 1) * t.block_n_ffn1)
-                chunks = range(c0 // kc_f, _ceil(c1, kc_f))
-                tasks.append(Task(FFN1, l, m, n, waits=(ctr.id("ln2", l, m),),
-                                  signals=ctr.signal([("f1", l, m, s) for s in chunks]),
-                                  cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
-                                  access=(Access("ln2", 0, r0, r1, 0, D, "r"), Access("f", 0, r0, r1, c0, c1, "w"))))
-        # FFN2: K split s waits for the FFN1 columns of its K range
-        residual_tasks(FFN2, l, F, t.block_n_ffn2, sf, kc_f, "f1", "f", t.scheme_ffn2)
-    ln_tasks(LNF, L - 1, "f2", L - 1, "r", "y", None)
+                chunks = range(c0 // self.kc_f, _ceil(c1, self.kc_f))
+                self.tasks.append(Task(FFN1, l, m, n, waits=(ctr.id("ln2", l, m),),
+                                       signals=ctr.signal([("f1", l, m, s) for s in chunks]),
+                                       cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
+                                       access=(Access("ln2", 0, r0, r1, 0, D, "r"),
+                                               Access("f", 0, r0, r1, c0, c1, "w"))))
+
+    def residual(self, kind: int, l: int):
+        """K split s of tile (m, n) of the output projection / FFN2 (r += A @ W^T): waits for the attention heads
+        / FFN1 columns of its K range in its row block."""
+        t, D, ctr = self.t, self.D, self.ctr
+        K, bn, kc, wait, src, scheme, sig = ((D, t.block_n_o, self.kc_o, "attn", "attn", t.scheme_o, "o")
+                                             if kind == OPROJ else
+                                             (self.F, t.block_n_ffn2, self.kc_f, "f1", "f", t.scheme_ffn2, "f2"))
+        p, w = _products(scheme)
+        for m in range(self.NM):
+            r0, r1 = self.rows(m)
+            for n in range(_ceil(D, bn)):
+                c0, c1 = n * bn, min(D, (n + 1) * bn)
+                for s in range(_ceil(K, kc)):
+                    k0, k1 = s * kc, min(K, (s + 1) * kc)
+                    self.tasks.append(Task(kind, l, m, n, s, waits=(ctr.id(wait, l, m, s),),
+                                           signals=ctr.signal([(sig, l, m)]),
+                                           cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p, w_bytes=w),
+                                           access=(Access(src, 0, r0, r1, k0, k1, "r"),
+                                                   Access("r", 0, r0, r1, c0, c1, "a"))))
+
+
+def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int = 132) -> Graph:
+    """The task graph of ``case`` with ``tiling``, in queue order ``order``: ``layer`` (the sequential model's
+    order: layer by layer, stage by stage) or ``critical`` (the start order of a list schedule on ``n_programs``
+    programs that runs the ready task with the longest remaining chain first)."""
+    check_tiling(case, tiling)
+    if order not in ORDERS:
+        raise TilingError(f"dag: order={order!r}: one of {ORDERS}")
+    bld = _Builder(case, tiling)
+    for l in range(case.L):
+        # LN1: layer 0 reads x (and starts r), later layers wait for the row block's FFN2 of the layer before
+        bld.ln(LN1, l, ("f2", l - 1) if l else None, "x" if l == 0 else "r", "ln1", "ln1")
+        bld.qkv(l)
+        bld.attn(l)
+        bld.residual(OPROJ, l)
+        bld.ln(LN2, l, ("o", l), "r", "ln2", "ln2")
+        bld.ffn1(l)
+        bld.residual(FFN2, l)
+    bld.ln(LNF, case.L - 1, ("f2", case.L - 1), "r", "y", None)
+    tasks, ctr = bld.tasks, bld.ctr
     for i, tk in enumerate(tasks):
         tk.seq = i
-    # every counter a task waits for has producers (else it would wait forever)
-    for tk in tasks:
+    for tk in tasks:  # every counter a task waits for has producers (else it would wait forever)
         for c in tk.waits:
             if ctr.goals[c] == 0:
                 raise AssertionError(f"dag graph: {tk.name} waits for counter {ctr.names[c]} that nothing signals")
-    prods = _producer_lists(tasks, len(ctr.goals))
-    if order == "critical":
-        perm = critical_order(tasks, prods, n_programs)
-    else:
-        perm = list(range(len(tasks)))
+    perm = (critical_order(tasks, _producer_lists(tasks, len(ctr.goals)), n_programs) if order == "critical"
+            else list(range(len(tasks))))
     g = Graph(case, tiling, [tasks[i] for i in perm], ctr.goals, ctr.names, order)
     g.producers = _producer_lists(g.tasks, len(ctr.goals))
     return g
@@ -487,12 +508,5 @@ def summary(g: Graph, n_programs: int) -> dict:
                 floor_us=round(max(cp, work / n_programs), 1))
 
 
-def flops_per_task(g: Graph) -> float:
-    """Mean linear-layer FLOPs per GEMM task (sizes the tiles in docs/dag.md)."""
-    c = g.case
-    n = sum(1 for t in g.tasks if t.kind in (QKV, OPROJ, FFN1, FFN2))
-    return c.L * 2 * c.tokens * c.D * 12 * c.D / max(1, n)
-
-
 __all__ = ["KINDS", "Tiling", "Task", "Graph", "Access", "TilingError", "build", "check_tiling", "check_hazards",
-           "check_coverage", "topological", "summary", "k_chunk", "n_splits", "head_group"]
+           "check_coverage", "topological", "summary", "k_chunk", "head_group"]
