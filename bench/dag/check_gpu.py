@@ -1,0 +1,241 @@
+"""GPU check of the dag family in one call: for each case and each named parameter set — prepare (compile time,
+registers, spills, shared memory, occupancy, grid), the gate at 7 scales x 2 seeds against ``reference_forward``
+(TF32 off), do_bench timing (L2 flushed, median) next to ``hybrid`` (plain and in a CUDA graph), optionally the
+SPEC §4 margin over unseen inputs and weight seeds. One JSON per case under ``--out``, a table printed last.
+
+It never hangs and survives a failing configuration: every wait in the kernel is bounded (``spin_limit``), each
+configuration is caught and recorded, a configuration is not started once the case's ``--case-budget`` or the
+call's ``--budget`` is spent, and a watchdog (``faulthandler``) ends the process with a traceback if a case
+overruns its budget by ``--grace`` seconds (the JSON of every finished case is already written).
+
+    python -m bench.dag.check_gpu --out $OUT --cases 2 3 4 12 [--configs default bn128 ...] [--margin 256]
+    TRITON_INTERPRET=1 python -m bench.dag.check_gpu --out /tmp/dag --cases smoke2 --scales 1 --seeds 0
+"""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+from kernels import gate, get_variant, load_case, make_input, make_weights, reference_forward
+from kernels.dag import host
+
+SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
+
+# name -> parameters on top of config/variant/dag.yaml; the first is the default (docs/dag.md says why each)
+CONFIGS = {
+    "default": {},
+    "bn128": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
+    "bn128_sk": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, split_k_o=4,
+                     split_k_ffn2=8),
+    "cps2": dict(ctas_per_sm=2),
+    "static": dict(queue="static"),
+    "layer_order": dict(order="layer"),
+    "bk32_s4": dict(block_k=32, num_stages=4),
+    "sk8": dict(split_k_o=8, split_k_ffn2=8),
+    "nw8_bn128": dict(num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
+    "chain_wait": dict(wgmma_chain="wait"),
+    "f16_ffn2": dict(scheme_ffn2="f16_w1"),
+    "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
+}
+DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
+
+
+def _env() -> dict:
+    import triton
+    out = dict(host=platform.node(), torch=torch.__version__, triton=triton.__version__, python=sys.version.split()[0])
+    if torch.cuda.is_available():
+        out.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
+    try:
+        import subprocess
+        out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                       text=True).stdout.strip()
+    except OSError:
+        pass
+    return out
+
+
+def _time_ms(fn, gpu: bool) -> dict:
+    """Median (p20, p80) ms of ``fn``: do_bench with L2 flushed on the GPU; wall clock in the interpreter."""
+    if gpu:
+        import triton.testing
+        q = triton.testing.do_bench(fn, warmup=50, rep=300, quantiles=[0.5, 0.2, 0.8])
+        return dict(median_ms=q[0], p20_ms=q[1], p80_ms=q[2])
+    ts = []
+    for _ in range(3):
+        t = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return dict(median_ms=statistics.median(ts), p20_ms=min(ts), p80_ms=max(ts))
+
+
+def gate_all(case, v, p, w, scales, seeds, refs: dict) -> tuple[list, float]:
+    """Gate ``v.run(p, .)`` at every scale x seed (references cached in ``refs``); (records, worst error / tol)."""
+    rows, worst = [], 0.0
+    for scale in scales:
+        for seed in seeds:
+            x = make_input(case, scale, seed, device=w.device)
+            if (scale, seed) not in refs:
+                refs[(scale, seed)] = reference_forward(case, w, x)
+            y = v.run(p, x)
+            r = gate(y, refs[(scale, seed)])
+            rows.append(dict(scale=scale, seed=seed, passed=r.passed, max_over_tol=r.max_over_tol,
+                             max_abs=r.max_abs))
+            worst = max(worst, r.max_over_tol)
+    return rows, worst
+
+
+def margin(case, params: dict, dev, n_inputs: int, scale: float) -> dict:
+    """SPEC §4 margin: worst error / tolerance over ``n_inputs`` unseen input seeds at ``scale`` with the case's
+    weights, and ``n_inputs // 4`` inputs with each of 3 other weight seeds."""
+    v = get_variant("dag")
+    out = {}
+    for wseed in (None, 1001, 1002, 1003):
+        w = make_weights(case, seed=wseed, device=dev)
+        p = v.prepare(case, w, **params)
+        worst, where = 0.0, None
+        for i in range(n_inputs if wseed is None else max(1, n_inputs // 4)):
+            x = make_input(case, scale, 5000 + i, device=dev)
+            r = gate(v.run(p, x), reference_forward(case, w, x))
+            if r.max_over_tol > worst:
+                worst, where = r.max_over_tol, 5000 + i
+        out[str(wseed or case.weight_seed)] = dict(worst_over_tol=worst, input_seed=where)
+        del p, w
+    out["worst_over_tol"] = max(d["worst_over_tol"] for d in out.values())
+    return out
+
+
+def check_config(case, name: str, params: dict, w, args, refs: dict, gpu: bool) -> dict:
+    """Prepare, gate and time one configuration; every failure is recorded, never raised."""
+    rec = dict(config=name, params=params, ok=False)
+    v = get_variant("dag")
+    try:
+        t = time.perf_counter()
+        p = v.prepare(case, w, **dict(params, spin_limit=args.spin_limit))
+        rec["prepare_s"] = round(time.perf_counter() - t, 2)
+        rec["info"] = {k: v_ for k, v_ in p.info.items() if k != "counts"}
+        rec["tasks"] = p.info.get("counts")
+        print(f"  {case.name} {name}: prepared in {rec['prepare_s']}s grid={p.grid} "
+              f"registers={p.info.get('registers')} spills={p.info.get('spills')} shared={p.info.get('shared')} "
+              f"occupancy={p.info.get('occupancy')} tasks={p.info['tasks']} crit={p.info['critical_path_us']}us",
+              flush=True)
+        rec["gate"], rec["worst_over_tol"] = gate_all(case, v, p, w, args.scales, args.seeds, refs)
+        rec["passed"] = all(g["passed"] for g in rec["gate"])
+        x = make_input(case, 1.0, 0, device=w.device)
+        p.params["check"] = "lazy"   # no synchronisation inside the timed call; errors are checked after
+        rec.update(_time_ms(lambda: v.run(p, x), gpu))
+        host.check(p)
+        rec["timed_output_passed"] = gate(v.run(p, x), refs[(1.0, 0)] if (1.0, 0) in refs
+                                          else reference_forward(case, w, x)).passed
+        if args.margin and name in args.margin_configs:
+            worst_scale = max(rec["gate"], key=lambda g: g["max_over_tol"])["scale"]
+            rec["margin"] = margin(case, dict(params, spin_limit=args.spin_limit), w.device, args.margin,
+                                   worst_scale)
+        rec["ok"] = True
+        del p
+    except Exception as e:  # a failing configuration must not stop the others
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        rec["traceback"] = traceback.format_exc()[-4000:]
+        print(f"  {case.name} {name}: FAILED {rec['error'][:300]}", flush=True)
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return rec
+
+
+def hybrid_times(case, w, gpu: bool) -> dict:
+    """``hybrid`` with its defaults, timed plainly and (GPU) replayed from a captured CUDA graph."""
+    out = {}
+    try:
+        v = get_variant("hybrid")
+        p = v.prepare(case, w)
+        x = make_input(case, 1.0, 0, device=w.device)
+        out["plain"] = _time_ms(lambda: v.run(p, x), gpu)
+        if gpu:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    v.run(p, x)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                v.run(p, x)
+            out["graph"] = _time_ms(g.replay, gpu)
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"[:1000]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for one JSON per case")
+    ap.add_argument("--cases", nargs="+", default=["2", "3", "4", "12"])
+    ap.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), help=f"of {list(CONFIGS)}")
+    ap.add_argument("--scales", nargs="+", type=float, default=list(SCALES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--spin-limit", type=int, default=2_000_000, help="polls before a wait gives up (~1-2 s)")
+    ap.add_argument("--margin", type=int, default=0, help="SPEC §4 margin: unseen inputs at the worst scale")
+    ap.add_argument("--margin-configs", nargs="+", default=["default"])
+    ap.add_argument("--no-hybrid", action="store_true")
+    ap.add_argument("--case-budget", type=float, default=150.0, help="s per case before no new config starts")
+    ap.add_argument("--budget", type=float, default=540.0, help="s for the call before no new config starts")
+    ap.add_argument("--grace", type=float, default=120.0, help="s past a case's budget before the watchdog exits")
+    args = ap.parse_args(argv)
+    unknown = [c for c in args.configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configs {unknown}; valid: {list(CONFIGS)}")
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.is_available() and not host.interpreting()
+    dev = torch.device("cuda" if gpu else "cpu")
+    t_call = time.perf_counter()
+    table = []
+    for c in args.cases:
+        case = load_case(c)
+        faulthandler.dump_traceback_later(args.case_budget + args.grace, exit=True)
+        t_case = time.perf_counter()
+        w = make_weights(case, device=dev)
+        refs: dict = {}
+        res = dict(case=case.name, env=_env(), configs=[])
+        if not args.no_hybrid:
+            res["hybrid"] = hybrid_times(case, w, gpu)
+        for name in args.configs:
+            if time.perf_counter() - t_case > args.case_budget or time.perf_counter() - t_call > args.budget:
+                res["configs"].append(dict(config=name, ok=False, error="skipped: time budget spent"))
+                continue
+            res["configs"].append(check_config(case, name, CONFIGS[name], w, args, refs, gpu))
+            with open(os.path.join(args.out, f"{case.name}.json"), "w") as f:
+                json.dump(res, f, indent=1, default=str)
+        faulthandler.cancel_dump_traceback_later()
+        res["wall_s"] = round(time.perf_counter() - t_case, 1)
+        with open(os.path.join(args.out, f"{case.name}.json"), "w") as f:
+            json.dump(res, f, indent=1, default=str)
+        hyb = res.get("hybrid", {})
+        for r in res["configs"]:
+            table.append((case.name, r["config"], r.get("passed"), r.get("worst_over_tol"), r.get("median_ms"),
+                          hyb.get("plain", {}).get("median_ms"), hyb.get("graph", {}).get("median_ms"),
+                          r.get("info", {}).get("registers"), r.get("info", {}).get("spills"),
+                          r.get("info", {}).get("occupancy"), (r.get("margin") or {}).get("worst_over_tol"),
+                          r.get("error", "")[:60]))
+        del w, refs
+        if gpu:
+            torch.cuda.empty_cache()
+    print(f"\n{'case':8} {'config':12} {'gate':5} {'err/tol':>8} {'dag ms':>8} {'hyb ms':>8} {'hybG ms':>8} "
+          f"{'x hybG':>6} {'regs':>4} {'spill':>5} {'occ':>3} {'margin':>6}  error")
+    for (cn, cfg, ok, worst, ms, hyb, hybg, regs, spills, occ, mg, err) in table:
+        f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"
+        ratio = f"{hybg / ms:6.2f}" if isinstance(ms, float) and isinstance(hybg, float) else "     -"
+        print(f"{cn:8} {cfg:12} {str(ok)[:5]:5} {f(worst, '%8.3f')} {f(ms, '%8.4f')} {f(hyb, '%8.4f')} "
+              f"{f(hybg, '%8.4f')} {ratio} {f(regs, '%4d')} {f(spills, '%5d')} {f(occ, '%3d')} {f(mg, '%6.3f')}  {err}")
+
+
+if __name__ == "__main__":
+    main()

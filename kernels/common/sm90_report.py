@@ -1,0 +1,36 @@
+"""Resource report of a kernel compiled for sm_90 without a GPU (``triton.compile`` with an explicit target): the
+bundled ``ptxas -v`` (registers, spills) and whether ptxas serialized the wgmma instructions (note C7514). General
+version of the helpers in ``kernels/seqres/aot_check.py``; used by ``bench/dag/aot_check.py``."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+
+
+def ptxas_verbose(ptx: str, arch: int = 90) -> str:
+    """``ptxas -v`` output (stdout + stderr) for ``ptx``."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(d, "k.cubin")],
+                             capture_output=True, text=True)
+    return out.stdout + out.stderr
+
+
+def report(kernel) -> dict:
+    """registers, spill store/load bytes, shared memory, wgmma present / serialized, of Triton's compiled kernel."""
+    ptx = kernel.asm.get("ptx", "")
+    txt = ptxas_verbose(ptx, kernel.metadata.target.arch)
+    regs = re.search(r"Used (\d+) registers", txt)
+    st = re.search(r"(\d+) bytes spill stores", txt)
+    ld = re.search(r"(\d+) bytes spill loads", txt)
+    return dict(registers=int(regs.group(1)) if regs else -1, spill_stores=int(st.group(1)) if st else -1,
+                spill_loads=int(ld.group(1)) if ld else -1, shared=kernel.metadata.shared,
+                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)), mma_sync="mma.sync" in ptx,
+                wgmma_serialized="C7514" in txt)

@@ -1,0 +1,419 @@
+"""Host side of ``dag``: ``prepare`` (untimed: parameters, task graph, task table, weight splits, scratch,
+compile and co-residency check) and ``run`` (timed: validate x, allocate y, one launch)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import triton
+import yaml
+
+from ..cases import Case, config_dir
+from ..common.occupancy import occupancy
+from ..common.split import split_hi_lo
+from ..common.wgmma_passes import hopper_wgmma_passes
+from ..registry import Unsupported
+from ..weights import Weights
+from . import graph as G
+from .kernel import TASK_HEADER, _dag_fwd
+
+INT32_MAX = 2**31 - 1
+MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
+CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
+               queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
+               check=("sync", "lazy"))
+INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "block_k", "block_n_qkv",
+        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit")
+
+
+def _yaml_defaults() -> dict:
+    """The parameters of ``config/variant/dag.yaml``: the one place defaults live."""
+    with open(config_dir() / "variant" / "dag.yaml") as f:
+        return dict(yaml.safe_load(f)["params"])
+
+
+DEFAULTS = _yaml_defaults()
+
+
+def interpreting() -> bool:
+    """True when the kernel was built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(_dag_fwd).__name__ == "InterpretedFunction"
+
+
+def parse_value(v: str):
+    """A command-line ``name=value``'s value: int, true/false, else the string."""
+    try:
+        return int(v)
+    except ValueError:
+        return {"true": True, "false": False}.get(v, v)
+
+
+def check_params(params: dict) -> dict:
+    """``DEFAULTS`` updated with ``params``; unknown names and ill-typed values raise ``ValueError`` naming the
+    parameter and what it accepts."""
+    unknown = sorted(set(params) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"dag: unknown parameters {unknown}; valid: {sorted(DEFAULTS)}")
+    o = dict(DEFAULTS, **params)
+    for k in INTS:
+        if not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 0:
+            raise ValueError(f"dag: {k}={o[k]!r} must be a non-negative integer (config/variant/dag.yaml)")
+    for k in ("split_k_o", "split_k_ffn2"):
+        if o[k] != "auto" and (not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 1):
+            raise ValueError(f"dag: {k}={o[k]!r} must be an integer >= 1 or auto")
+    for k, allowed in CHOICES.items():
+        if o[k] not in allowed:
+            raise ValueError(f"dag: {k}={o[k]!r}: one of {allowed}")
+    if o["num_warps"] not in (4, 8):
+        raise ValueError(f"dag: num_warps={o['num_warps']}: 4 or 8 (the GEMM tiles are one or two warpgroups)")
+    if not 1 <= o["num_stages"] <= 5:
+        raise ValueError(f"dag: num_stages={o['num_stages']}: 1 to 5")
+    if o["ctas_per_sm"] not in (1, 2):
+        raise ValueError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1 or 2")
+    if o["spin_limit"] < 1:
+        raise ValueError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
+    return o
+
+
+def _clamp(v: int, extent: int) -> int:
+    """A power-of-two tile edge no larger than the extent needs (and at least 16)."""
+    return min(v, max(16, triton.next_power_of_2(extent)))
+
+
+def auto_split_k(tiles: int, k_steps: int, programs: int) -> int:
+    """K splits of a residual GEMM with ``tiles`` output tiles: the smallest power of two that gives every
+    program a task (tiles x splits >= programs), at most one split per K step."""
+    s = 1
+    while tiles * s < programs and s * 2 <= k_steps:
+        s *= 2
+    return s
+
+
+def tiling_for(case: Case, o: dict, programs: int) -> G.Tiling:
+    """The graph's tile sizes from the parameters ``o`` (edges clamped to the shape; ``auto`` K splits)."""
+    M, D = case.tokens, case.D
+    bm = _clamp(o["block_m"], M)
+    bk = _clamp(o["block_k"], D)
+    while D % bk and bk > 16:  # a K step must not cross a column block of D (FFN2's A: [4, M, D])
+        bk //= 2
+    bn_o = _clamp(o["block_n_o"], D)
+    bn_f2 = _clamp(o["block_n_ffn2"], D)
+    tiles_o = -(-M // bm) * -(-D // bn_o)
+    tiles_f2 = -(-M // bm) * -(-D // bn_f2)
+    so = auto_split_k(tiles_o, -(-D // bk), programs) if o["split_k_o"] == "auto" else o["split_k_o"]
+    sf = auto_split_k(tiles_f2, -(-4 * D // bk), programs) if o["split_k_ffn2"] == "auto" else o["split_k_ffn2"]
+    return G.Tiling(block_m=bm, block_m_ln=min(o["block_m_ln"], bm), block_k=bk,
+                    block_n_qkv=_clamp(o["block_n_qkv"], 3 * D), block_n_o=bn_o,
+                    block_n_ffn1=_clamp(o["block_n_ffn1"], 4 * D), block_n_ffn2=bn_f2, split_k_o=so, split_k_ffn2=sf,
+                    block_q=_clamp(o["block_q"], case.S), block_kv=_clamp(o["block_kv"], case.S),
+                    scheme_qkv=o["scheme_qkv"], scheme_o=o["scheme_o"], scheme_ffn1=o["scheme_ffn1"],
+                    scheme_ffn2=o["scheme_ffn2"])
+
+
+def check_envelope(case: Case, t: G.Tiling) -> None:
+    """Raise ``Unsupported`` for a case the kernel does not handle (int32 offsets, unrolled waits)."""
+    M, D, L = case.tokens, case.D, case.L
+    if D % 16:
+        raise Unsupported(f"dag: D={D} is not a multiple of 16, the smallest K step of the tensor-core loop "
+                          "(block_k); use hybrid")
+    if 3 * L * M * D > INT32_MAX or 4 * L * D * D > INT32_MAX or 4 * M * D > INT32_MAX:
+        raise Unsupported(f"dag: {case.name} is too large for the kernel's int32 offsets (L*3*B*S*D = "
+                          f"{3 * L * M * D}); use hybrid")
+    waits = -(-case.S // t.block_m) + 1
+    if waits > MAX_WAITS_LIMIT:
+        raise Unsupported(f"dag: {case.name}: an attention task would wait for {waits} row blocks of "
+                          f"block_m={t.block_m} rows (at most {MAX_WAITS_LIMIT}); raise block_m or use hybrid")
+
+
+def graph_for(case: Case, n_programs: int = 132, **params) -> G.Graph:
+    """The task graph ``prepare`` builds for ``case`` with ``params`` on ``n_programs`` programs."""
+    o = check_params(params)
+    t = tiling_for(case, o, n_programs)
+    check_envelope(case, t)
+    return G.build(case, t, o["order"], n_programs)
+
+
+def task_table(g: G.Graph) -> tuple[torch.Tensor, int]:
+    """[tasks, TASK_HEADER + MAX_WAITS + MAX_SIGNALS] int32 rows in queue order: kind, layer, a, b, c, number of
+    waits, number of signals, 0, the wait counter ids (padded with the dummy counter 0), the signal ids."""
+    mw, ms = max(1, g.max_waits), max(1, g.max_signals)
+    width = int(TASK_HEADER.value) + mw + ms
+    rows = []
+    for t in g.tasks:
+        w = list(t.waits) + [0] * (mw - len(t.waits))
+        s = list(t.signals) + [0] * (ms - len(t.signals))
+        rows.append([t.kind, t.layer, t.a, t.b, t.c, len(t.waits), len(t.signals), 0] + w + s)
+    return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), width), width
+
+
+def static_order(g: G.Graph, grid: int) -> torch.Tensor:
+    """``queue: static``: [grid + 1] list offsets, then the programs' task lists (``sim.static_lists``)."""
+    from .sim import static_lists
+    lists = static_lists(g, grid)
+    offs = [0]
+    for li in lists:
+        offs.append(offs[-1] + len(li))
+    return torch.tensor(offs + [i for li in lists for i in li], dtype=torch.int32)
+
+
+@dataclass
+class DagPrepared:
+    case: Case
+    graph: G.Graph
+    params: dict
+    tensors: dict             # weights and scratch by kernel argument name
+    meta: dict                # constexpr kernel arguments
+    launch: dict              # num_warps, num_stages
+    grid: int
+    tab: torch.Tensor         # task table
+    order: torch.Tensor       # static lists (or a 1-element dummy)
+    ctr: torch.Tensor         # [n_counters] int32
+    goal: torch.Tensor        # [n_counters] int32
+    head: torch.Tensor        # [1] int32
+    err: torch.Tensor         # [2] int32
+    qk_scale: float
+    spin_limit: int
+    epoch: int = 0            # launches since the counters were last zeroed
+    info: dict = field(default_factory=dict)
+    kernel: object = None     # CUDA: the compiled kernel (registers, shared memory)
+    runner: object = None     # CUDA: kernel[grid], launched directly (no per-call JIT dispatch)
+    const_args: list = field(default_factory=list)  # the constexpr arguments in signature order
+    err_host: torch.Tensor = None   # check lazy: pinned copy of err and the event after it
+    err_event: object = None
+
+
+def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
+    """[L, N / block_n, K, block_n] fp32: each layer's W^T cut into column tiles, each tile a contiguous [K, block_n]
+    slab (zero columns past N), so a GEMM tile streams one contiguous block and every slab has row stride block_n."""
+    w = torch.stack([getattr(l, name).t() for l in weights.layers])          # [L, K, N]
+    L, K, N = w.shape
+    nb = -(-N // block_n)
+    w = torch.nn.functional.pad(w, (0, nb * block_n - N))
+    return w.reshape(L, K, nb, block_n).permute(0, 2, 1, 3).contiguous()
+
+
+def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo) of an fp32 weight for ``scheme``: bf16x3 — bf16 parts (round to nearest); f16_w1 — the fp16
+    rounding once (lo is the same tensor, unused). Without a GPU the same values in fp32 tensors."""
+    if scheme == "bf16x3":
+        hi, lo = split_hi_lo(w)
+    else:
+        hi = lo = w.to(torch.float16)
+    if not gpu:
+        hi, lo = hi.float(), (lo.float() if lo is not hi else None)
+        lo = hi if lo is None else lo
+    return hi.contiguous(), lo.contiguous()
+
+
+def _part_dtype(scheme: str, gpu: bool) -> torch.dtype:
+    if not gpu:
+        return torch.float32
+    return torch.bfloat16 if scheme == "bf16x3" else torch.float16
+
+
+def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
+    """Scratch: the residual stream and every split A operand (one q|k|v copy per layer)."""
+    B, S, D, H, L = case.B, case.S, case.D, case.H, case.L
+    M = B * S
+    out = dict(r_ptr=torch.empty(M, D, device=dev, dtype=torch.float32))
+    for name, shape, scheme in (("ln1", (M, D), t.scheme_qkv), ("qkv", (L, 3, B, H, S, case.dh), "bf16x3"),
+                                ("att", (M, D), t.scheme_o), ("ln2", (M, D), t.scheme_ffn1),
+                                ("f", (4, M, D), t.scheme_ffn2)):
+        dt = _part_dtype(scheme, gpu)
+        out[f"{name}_hi_ptr"] = torch.empty(shape, device=dev, dtype=dt)
+        out[f"{name}_lo_ptr"] = torch.empty(shape, device=dev, dtype=dt)
+    return out
+
+
+def _weight_tensors(weights: Weights, t: G.Tiling, gpu: bool) -> dict:
+    out = {}
+    for arg, name, scheme, bn in (("wqkv", "w_qkv", t.scheme_qkv, t.block_n_qkv), ("wo", "w_o", t.scheme_o, t.block_n_o),
+                                  ("w1", "w_1", t.scheme_ffn1, t.block_n_ffn1),
+                                  ("w2", "w_2", t.scheme_ffn2, t.block_n_ffn2)):
+        out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"] = _weight_parts(_slabs(weights, name, bn), scheme, gpu)
+    for arg, name in (("ln1w", "ln1_w"), ("ln1b", "ln1_b"), ("bqkv", "b_qkv"), ("bo", "b_o"), ("ln2w", "ln2_w"),
+                      ("ln2b", "ln2_b"), ("b1", "b_1"), ("b2", "b_2")):
+        out[f"{arg}_ptr"] = torch.stack([getattr(l, name) for l in weights.layers]).contiguous()
+    out["lnfw_ptr"], out["lnfb_ptr"] = weights.lnf_w.contiguous(), weights.lnf_b.contiguous()
+    return out
+
+
+def gemm_sites(t: G.Tiling) -> tuple[list[int], list[int], list[str]]:
+    """GEMM kinds that share a tile width and a scheme share one K loop in the kernel (a "site"): the site of QKV,
+    the output projection, FFN1 and FFN2, and each site's width and scheme."""
+    keys = [(t.block_n_qkv, t.scheme_qkv), (t.block_n_o, t.scheme_o), (t.block_n_ffn1, t.scheme_ffn1),
+            (t.block_n_ffn2, t.scheme_ffn2)]
+    uniq = list(dict.fromkeys(keys))
+    return [uniq.index(k) for k in keys], [k[0] for k in uniq], [k[1] for k in uniq]
+
+
+def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bool, width: int) -> dict:
+    """The constexpr arguments of ``_dag_fwd``."""
+    bd = triton.next_power_of_2(case.D)
+    site, site_bn, site_scheme = gemm_sites(t)
+    return dict(B=case.B, S=case.S, D=case.D, H=case.H, DH=case.dh, CAUSAL=bool(case.causal), GRID=grid,
+                BLOCK_M=t.block_m, BLOCK_M_LN=t.block_m_ln, LN_ROWS=max(1, min(t.block_m_ln, 2048 // bd)),
+                BLOCK_K=t.block_k, K_CHUNK_O=G.k_chunk(case.D, t.split_k_o, t.block_k),
+                K_CHUNK_FFN2=G.k_chunk(4 * case.D, t.split_k_ffn2, t.block_k),
+                BLOCK_Q=t.block_q, BLOCK_KV=t.block_kv, BDH=max(16, triton.next_power_of_2(case.dh)), BD=bd,
+                EVEN=case.tokens % t.block_m == 0 and case.D % t.block_k == 0,
+                N_SITES=len(site_bn), SITE_QKV=site[0], SITE_O=site[1], SITE_FFN1=site[2], SITE_FFN2=site[3],
+                SITE_BLOCK_N=tuple(site_bn), SITE_SCHEME=tuple(site_scheme),
+                SCHEME_QKV=t.scheme_qkv, SCHEME_O=t.scheme_o, SCHEME_FFN1=t.scheme_ffn1, SCHEME_FFN2=t.scheme_ffn2,
+                GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
+                TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
+                WGMMA_CHAIN=o["wgmma_chain"])
+
+
+def compile_context(o: dict):
+    """Compiles under ``wgmma_chain: async`` relax the waits between the chained dots of a K step
+    (``kernels.common.wgmma_passes``). Triton's cache key does not see that edit, so the choice is also a
+    constexpr (``WGMMA_CHAIN``): an edited and an unedited binary never stand in for each other."""
+    import contextlib
+    if o["wgmma_chain"] == "async":
+        return hopper_wgmma_passes(acc_init=False, relax=True)
+    return contextlib.nullcontext()
+
+
+def _launch_args(p: DagPrepared, x: torch.Tensor, y: torch.Tensor, spin: int | None = None) -> list:
+    """The runtime arguments of ``_dag_fwd`` in signature order (one list for the compile and the launch)."""
+    T = p.tensors
+    names = _dag_fwd.arg_names
+    vals = dict(T, x_ptr=x, y_ptr=y, tab_ptr=p.tab, order_ptr=p.order, ctr_ptr=p.ctr, goal_ptr=p.goal,
+                head_ptr=p.head, err_ptr=p.err, n_tasks=len(p.graph.tasks), epoch=max(1, p.epoch),
+                spin_limit=p.spin_limit if spin is None else spin, qk_scale=p.qk_scale)
+    return [vals[n] for n in names[:names.index("B")]]
+
+
+def compile_only(p: DagPrepared):
+    """Compile (no launch) and load the kernel for ``p``; returns Triton's CompiledKernel."""
+    x = p.tensors["r_ptr"]
+    with compile_context(p.params):
+        k = _dag_fwd.warmup(*_launch_args(p, x, x, spin=1), grid=(p.grid,), **p.meta, **p.launch)
+    k._init_handles()
+    return k
+
+
+def prepare(case: Case, weights: Weights, **params) -> DagPrepared:
+    """Build the task graph and everything the launch needs (parameters: ``DEFAULTS``,
+    ``config/variant/dag.yaml``). On CUDA it compiles the kernel and checks that the grid is co-resident."""
+    o = check_params(params)
+    dev = weights.device
+    gpu = dev.type == "cuda" and not interpreting()
+    if dev.type == "cuda" and interpreting():
+        raise Unsupported("dag: TRITON_INTERPRET=1 runs the kernel on the CPU; pass CPU weights")
+    n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if gpu else 1
+    slots = n_sm * o["ctas_per_sm"]
+    grid = o["grid"] or slots
+    if o["grid"] > slots:
+        raise ValueError(f"dag: grid={o['grid']} exceeds {n_sm} SMs x ctas_per_sm={o['ctas_per_sm']} = {slots} "
+                         "co-resident programs; lower grid or raise ctas_per_sm")
+    t = tiling_for(case, o, grid)
+    check_envelope(case, t)
+    g = G.build(case, t, o["order"], grid)
+    tab, width = task_table(g)
+    p = DagPrepared(
+        case=case, graph=g, params=o, tensors=dict(_buffers(case, t, dev, gpu), **_weight_tensors(weights, t, gpu)),
+        meta=kernel_meta(case, t, g, o, grid, gpu, width), launch=dict(num_warps=o["num_warps"],
+                                                                       num_stages=o["num_stages"]),
+        grid=grid, tab=tab.to(dev), order=(static_order(g, grid) if o["queue"] == "static"
+                                           else torch.zeros(1, dtype=torch.int32)).to(dev),
+        ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
+        goal=torch.tensor(g.goals, dtype=torch.int32, device=dev), head=torch.zeros(1, dtype=torch.int32, device=dev),
+        err=torch.zeros(2, dtype=torch.int32, device=dev), qk_scale=math.log2(math.e) / math.sqrt(case.dh),
+        spin_limit=o["spin_limit"])
+    p.info = dict(grid=grid, tiling=t.__dict__, **G.summary(g, grid))
+    if gpu:
+        p.kernel = compile_only(p)
+        occ = occupancy(p.kernel, o["num_warps"], dev)
+        p.info.update(registers=p.kernel.n_regs, spills=getattr(p.kernel, "n_spills", None),
+                      shared=p.kernel.metadata.shared,
+                      occupancy=occ)
+        if grid > n_sm * occ:
+            raise Unsupported(f"dag: grid={grid} programs are not co-resident: the compiled kernel fits {occ} per SM "
+                              f"({p.kernel.n_regs} registers, {p.kernel.metadata.shared} bytes of shared memory, "
+                              f"{o['num_warps']} warps) on {n_sm} SMs; set ctas_per_sm={max(1, occ)} (or grid <= "
+                              f"{n_sm * occ}), or lower num_stages / block_k to shrink shared memory")
+        p.err_host = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+        # launch the compiled binary directly: Triton's per-call argument binding and specialization key cost tens
+        # of µs of host time per call (docs/seqres.md, "Launch")
+        p.runner = p.kernel[(grid, 1, 1)]
+        names = _dag_fwd.arg_names
+        p.const_args = [p.meta[n] for n in names[names.index("B"):]]
+    return p
+
+
+def _epoch_limit(p: DagPrepared) -> int:
+    """Launches before a counter (epoch x its goal) or the queue head (epoch x (tasks + grid)) would overflow."""
+    per_launch = max(max(p.graph.goals), len(p.graph.tasks) + p.grid)
+    return INT32_MAX // per_launch - 1
+
+
+def launch(p: DagPrepared, x: torch.Tensor, y: torch.Tensor):
+    """One launch: y = forward(x). Zeroes the counters first only when the epoch would overflow int32."""
+    if p.epoch + 1 > _epoch_limit(p):
+        p.ctr.zero_()
+        p.head.zero_()
+        p.epoch = 0
+    p.epoch += 1
+    if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+        p.runner(*_launch_args(p, x, y), *p.const_args)
+    else:  # (the JIT path: the interpreter, or x / y without the 16-byte alignment the binary assumes)
+        with compile_context(p.params):
+            _dag_fwd[(p.grid,)](*_launch_args(p, x, y), **p.meta, **p.launch)
+
+
+def check(p: DagPrepared) -> None:
+    """Raise if a launch of ``p`` had a dependency wait that gave up (synchronises)."""
+    bad, task = p.err.tolist()
+    if bad:
+        p.err.zero_()
+        _raise_timeout(p, bad, task)
+
+
+def _raise_timeout(p: DagPrepared, bad: int, task: int):
+    name = p.graph.tasks[task].name if 0 <= task < len(p.graph.tasks) else f"#{task}"
+    raise RuntimeError(f"dag: {bad} dependency wait(s) gave up after spin_limit={p.spin_limit} polls (last: task "
+                       f"{task}, {name}); the output is wrong. A schedule that cannot finish (grid not co-resident, "
+                       "a graph bug) or a spin_limit too small for the GPU")
+
+
+def validate_input(p: DagPrepared, x) -> None:
+    c = p.case
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"dag: x must be a torch.Tensor, got {type(x).__name__}")
+    if tuple(x.shape) != (c.B, c.S, c.D):
+        raise ValueError(f"dag: x has shape {tuple(x.shape)}; {c.name} needs (B, S, D) = {(c.B, c.S, c.D)}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"dag: x has dtype {x.dtype}; the model takes torch.float32 (x.float())")
+    if x.device != p.ctr.device:
+        raise ValueError(f"dag: x is on {x.device}, the prepared model on {p.ctr.device} (x.to(...))")
+    if not x.is_contiguous():
+        raise ValueError("dag: x must be contiguous (x.contiguous())")
+
+
+def run(p: DagPrepared, x: torch.Tensor) -> torch.Tensor:
+    """x: [B, S, D] fp32 contiguous on the prepared device -> y: [B, S, D] fp32 (fresh); x is only read.
+
+    ``check: sync`` synchronises and raises when a dependency wait gave up; ``lazy`` does not synchronise: the
+    error of a launch is raised by the first ``run`` that finds the launch finished (or by ``check``). The epoch is
+    a launch argument, so a captured CUDA graph would replay one epoch: do not capture ``run``."""
+    validate_input(p, x)
+    lazy = p.params["check"] == "lazy" and p.err_host is not None
+    if lazy and p.err_event is not None and p.err_event.query():
+        bad, task = p.err_host.tolist()
+        p.err_event = None
+        if bad:
+            p.err.zero_()
+            _raise_timeout(p, bad, task)
+    y = torch.empty_like(x)
+    launch(p, x, y)
+    if lazy:
+        if p.err_event is None:
+            p.err_host.copy_(p.err, non_blocking=True)
+            p.err_event = torch.cuda.Event()
+            p.err_event.record()
+    else:
+        check(p)
+    return y

@@ -1,0 +1,197 @@
+"""Scheduler simulator for the ``dag`` task graph (``graph.py``), on the CPU.
+
+Two models of N persistent programs running a graph:
+
+* ``interleave``: no clock. At every step one program, picked at random among those that can act, takes one
+  action (take a task, finish the task it runs; a program waiting for counters can only start once they are
+  complete). It checks the protocol: a task never starts before every task it waits for has finished, and the
+  run never deadlocks (some program can always act until every task is done), for any N >= 1.
+* ``timed``: task durations from the graph's cost model (µs) times a random factor (log-normal, ``jitter``), a
+  cost per ticket (``pop_us``: one atomic on the queue head) and a delay from a producer's signal to its
+  consumer's start (``signal_us``). Reports the makespan, the critical path and the idle fraction.
+
+Both run either task-assignment policy of the kernel: ``queue`` (one global atomic ticket over the queue order:
+the next free program takes the next task) or ``static`` (per-program lists fixed by prepare from a list schedule
+of the cost model; program k runs its list in order).
+
+    python -m kernels.dag.sim 2 3 4 12 [--param split_k_o=4 ...] [--programs 132] [--seeds 8]
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+from dataclasses import dataclass
+
+from .graph import Graph
+
+POLICIES = ("queue", "static")
+
+
+class Deadlock(RuntimeError):
+    pass
+
+
+def static_lists(g: Graph, n: int) -> list[list[int]]:
+    """Per-program task lists (queue indices, each list in queue order): task i goes to the program that is
+    free first in a list schedule of the cost model that takes the tasks in queue order (the kernel's
+    ``queue: static``). Every list is a subsequence of the queue order, so the earliest unfinished task of the
+    whole run is always at the head of its program's list: no deadlock."""
+    free = [(0.0, k) for k in range(n)]
+    heapq.heapify(free)
+    finish = [0.0] * len(g.tasks)
+    lists: list[list[int]] = [[] for _ in range(n)]
+    for i, t in enumerate(g.tasks):
+        t_free, k = heapq.heappop(free)
+        start = max([t_free] + [finish[p] for p in g.producers[i]])
+        finish[i] = start + t.cost
+        lists[k].append(i)
+        heapq.heappush(free, (finish[i], k))
+    return lists
+
+
+def interleave(g: Graph, n: int, policy: str = "queue", seed: int = 0) -> int:
+    """Run ``g`` on ``n`` programs, one random action at a time (see the module docstring). Returns the number
+    of steps; raises ``Deadlock`` or ``AssertionError`` (a task started before a producer finished)."""
+    rng = random.Random(seed)
+    T = len(g.tasks)
+    done = [False] * T
+    lists = static_lists(g, n) if policy == "static" else None
+    pos = [0] * n                  # static: next index into lists[k]
+    head = 0                       # queue: next ticket
+    state: list = [None] * n       # None: idle; ("wait", i); ("run", i)
+    finished_programs = [False] * n
+    n_done = steps = 0
+    while n_done < T:
+        actions = []
+        for k in range(n):
+            s = state[k]
+            if finished_programs[k]:
+                continue
+            if s is None:
+                actions.append(k)  # take a ticket / the next list entry
+            elif s[0] == "wait" and all(done[p] for p in g.producers[s[1]]):
+                actions.append(k)
+            elif s[0] == "run":
+                actions.append(k)
+        if not actions:
+            waiting = [(k, g.tasks[s[1]].name) for k, s in enumerate(state) if s]
+            raise Deadlock(f"{policy} on {n} programs: no program can act, {T - n_done} tasks left; "
+                           f"waiting: {waiting[:4]}")
+        k = rng.choice(actions)
+        s = state[k]
+        if s is None:
+            if policy == "queue":
+                i, head = head, head + 1
+            else:
+                i = lists[k][pos[k]] if pos[k] < len(lists[k]) else T
+                pos[k] += 1
+            if i >= T:
+                finished_programs[k] = True
+            else:
+                state[k] = ("wait", i)
+        elif s[0] == "wait":
+            i = s[1]
+            assert all(done[p] for p in g.producers[i]), f"{g.tasks[i].name} started early"
+            state[k] = ("run", i)
+        else:
+            done[s[1]] = True
+            n_done += 1
+            state[k] = None
+        steps += 1
+    return steps
+
+
+@dataclass
+class TimedResult:
+    makespan_us: float
+    critical_path_us: float
+    work_us: float
+    idle_fraction: float       # 1 - work / (programs x makespan)
+    programs: int
+    policy: str
+
+
+def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: float = 0.7,
+          signal_us: float = 0.7, seed: int = 0) -> TimedResult:
+    """Makespan of ``g`` on ``n`` programs with the cost model (see the module docstring)."""
+    rng = random.Random(seed)
+    T = len(g.tasks)
+    dur = [t.cost * (rng.lognormvariate(0.0, jitter) if jitter > 0 else 1.0) for t in g.tasks]
+    finish = [None] * T
+    start_at = [0.0] * T
+    if policy == "queue":
+        free = [(0.0, k) for k in range(n)]
+        heapq.heapify(free)
+        for i in range(T):  # the ticket order is the queue order; the first free program takes the next one
+            t_free, k = heapq.heappop(free)
+            start = max([t_free + pop_us] + [finish[p] + signal_us for p in g.producers[i]])
+            start_at[i], finish[i] = start, start + dur[i]
+            heapq.heappush(free, (finish[i], k))
+    elif policy == "static":
+        lists = static_lists(g, n)
+        pos = [0] * n
+        t_free = [0.0] * n
+        left = T
+        while left:
+            progressed = False
+            for k in range(n):
+                while pos[k] < len(lists[k]):
+                    i = lists[k][pos[k]]
+                    if any(finish[p] is None for p in g.producers[i]):
+                        break
+                    start = max([t_free[k] + pop_us / 4] + [finish[p] + signal_us for p in g.producers[i]])
+                    start_at[i], finish[i] = start, start + dur[i]
+                    t_free[k] = finish[i]
+                    pos[k] += 1
+                    left -= 1
+                    progressed = True
+            if not progressed:
+                raise Deadlock(f"static lists on {n} programs deadlock with {left} tasks left")
+    else:
+        raise ValueError(f"policy {policy!r}: one of {POLICIES}")
+    for i in range(T):
+        assert all(finish[p] <= start_at[i] for p in g.producers[i]), f"{g.tasks[i].name} started early"
+    makespan = max(finish, default=0.0)
+    work = sum(dur)
+    return TimedResult(makespan, g.critical_path_us(), work, 1.0 - work / max(1e-9, n * makespan), n, policy)
+
+
+def report(g: Graph, n: int, seeds: int = 8, jitter: float = 0.25) -> dict:
+    """Makespan (mean over ``seeds`` jittered runs) and idle fraction per policy, plus the graph's figures."""
+    from .graph import summary
+    out = dict(summary(g, n))
+    for policy in POLICIES:
+        runs = [timed(g, n, policy, jitter if s else 0.0, seed=s) for s in range(seeds)]
+        out[policy] = dict(makespan_us=round(runs[0].makespan_us, 1),
+                           jittered_us=round(sum(r.makespan_us for r in runs[1:]) / max(1, seeds - 1), 1),
+                           idle=round(runs[0].idle_fraction, 3))
+    return out
+
+
+def main(argv=None):
+    from ..cases import load_case
+    from .host import graph_for, parse_value
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cases", nargs="+")
+    ap.add_argument("--param", action="append", default=[], help="name=value (config/variant/dag.yaml names)")
+    ap.add_argument("--programs", type=int, default=132)
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--jitter", type=float, default=0.25, help="sigma of the log-normal duration factor")
+    a = ap.parse_args(argv)
+    params = dict(kv.split("=", 1) for kv in a.param)
+    params = {k: parse_value(v) for k, v in params.items()}
+    print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
+          f"{'static':>7} {'s+jit':>7} {'idle':>5}  (µs, {a.programs} programs)")
+    for c in a.cases:
+        case = load_case(c)
+        g = graph_for(case, n_programs=a.programs, **params)
+        r = report(g, a.programs, a.seeds, a.jitter)
+        q, s = r["queue"], r["static"]
+        print(f"{case.name:8} {r['tasks']:6d} {r['work_us'] / a.programs:8.1f} {r['critical_path_us']:7.1f} "
+              f"{q['makespan_us']:7.1f} {q['jittered_us']:7.1f} {q['idle']:5.2f} "
+              f"{s['makespan_us']:7.1f} {s['jittered_us']:7.1f} {s['idle']:5.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""The dag family (kernels/dag): task graph, scheduler simulator and the persistent kernel in the interpreter."""
+import pytest
+import torch
+
+from kernels import Case, Unsupported, gate, get_variant, load_case, make_input, make_weights, reference_forward
+from kernels.dag import graph as G
+from kernels.dag import host, sim
+
+from conftest import SCALES, SEEDS
+
+ODD = Case(name="odd", number=0, family="dag", B=2, S=24, D=96, H=3, L=2, causal=False, weight_seed=7, smoke=True)
+ODD_CAUSAL = Case(name="odd_causal", number=0, family="dag", B=3, S=40, D=48, H=3, L=1, causal=True, weight_seed=8,
+                  smoke=True)
+# tilings worth checking besides the defaults: narrow tiles, deep K splits, row blocks that straddle sequences
+TILINGS = [{}, dict(block_m=16, block_n_qkv=32, block_n_o=16, block_n_ffn1=64, block_n_ffn2=32, split_k_o=3,
+                    split_k_ffn2=5, block_q=16, block_kv=16, block_m_ln=8),
+           dict(block_m=32, split_k_o=2, split_k_ffn2=8, order="layer")]
+
+
+def _graph(case, n_programs=132, **params):
+    return host.graph_for(case, n_programs=n_programs, **params)
+
+
+# --- graph builder ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["case02", "case03", "case04", "case12"])
+def test_graph_of_every_dag_case_is_complete_ordered_and_hazard_free(name):
+    g = _graph(load_case(name))
+    assert G.topological(g) == []
+    assert G.check_coverage(g) == []
+    assert G.check_hazards(g) == []
+    assert all(g.goals[c] > 0 for t in g.tasks for c in t.waits)
+
+
+@pytest.mark.parametrize("case", [ODD, ODD_CAUSAL, load_case("smoke2")], ids=lambda c: c.name)
+@pytest.mark.parametrize("params", TILINGS, ids=["default", "narrow", "layer_order"])
+def test_graph_of_odd_shapes_is_complete_ordered_and_hazard_free(case, params):
+    g = _graph(case, 7, **params)
+    assert G.topological(g) == []
+    assert G.check_coverage(g) == []
+    assert G.check_hazards(g) == []
+
+
+def test_hazard_check_finds_a_missing_dependency():
+    g = _graph(load_case("smoke2"), 4)
+    i = next(i for i, t in enumerate(g.tasks) if t.kind == G.LN2)
+    g.tasks[i].waits = ()          # LN2 no longer waits for the output projection
+    g.producers = G._producer_lists(g.tasks, g.n_counters)
+    assert any("ln2" in p for p in G.check_hazards(g))
+
+
+def test_coverage_check_finds_a_missing_task():
+    g = _graph(load_case("smoke2"), 4)
+    g.tasks = [t for t in g.tasks if not (t.kind == G.FFN1 and t.a == 0 and t.b == 0)]
+    assert any("ffn1" in p for p in G.check_coverage(g))
+
+
+def test_attention_waits_only_for_the_key_rows_it_reads():
+    g = _graph(load_case("case04"), **dict(block_m=64, block_q=64))
+    attn = [t for t in g.tasks if t.kind == G.ATTN and t.layer == 0 and t.b == 0]
+    assert sorted(len(t.waits) for t in attn) == list(range(1, 9))  # causal: query block qb waits for qb + 1 blocks
+
+
+def test_goals_count_the_signals():
+    g = _graph(load_case("case03"))
+    counts = [0] * g.n_counters
+    for t in g.tasks:
+        for c in t.signals:
+            counts[c] += 1
+    assert counts == g.goals and g.goals[0] == 0
+
+
+def test_tiling_errors_name_the_parameter():
+    c = load_case("case02")
+    with pytest.raises(G.TilingError, match="block_m_ln"):
+        G.build(c, G.Tiling(block_m=16, block_m_ln=32))
+    with pytest.raises(G.TilingError, match="block_n_o"):
+        G.build(c, G.Tiling(block_n_o=96))
+    with pytest.raises(G.TilingError, match="block_k"):
+        G.build(ODD, G.Tiling(block_k=64, block_m=16, block_q=16, block_kv=16))
+
+
+# --- simulator -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", sim.POLICIES)
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33])
+def test_random_interleavings_respect_dependencies_and_never_deadlock(policy, n):
+    for case, params in ((load_case("smoke2"), {}), (ODD, TILINGS[1]), (ODD_CAUSAL, {})):
+        g = _graph(case, n, **params)
+        for seed in range(3):
+            assert sim.interleave(g, n, policy, seed) > 0
+
+
+def test_a_queue_out_of_topological_order_deadlocks_in_the_simulator():
+    g = _graph(load_case("smoke2"), 2)
+    g.tasks = g.tasks[::-1]
+    g.producers = G._producer_lists(g.tasks, g.n_counters)
+    with pytest.raises(sim.Deadlock):
+        sim.interleave(g, 1, "queue", 0)
+
+
+@pytest.mark.parametrize("policy", sim.POLICIES)
+def test_timed_makespan_is_bounded_by_work_and_critical_path(policy):
+    g = _graph(load_case("case03"))
+    r = sim.timed(g, 132, policy, jitter=0.3, seed=1)
+    assert r.makespan_us >= max(g.critical_path_us(), r.work_us / 132) - 1e-6
+    assert 0.0 <= r.idle_fraction < 1.0
+
+
+def test_critical_order_is_topological_and_not_slower_than_layer_order():
+    c = load_case("case02")
+    crit, layer = _graph(c, order="critical"), _graph(c, order="layer")
+    assert G.topological(crit) == []
+    assert sim.timed(crit, 132).makespan_us <= sim.timed(layer, 132).makespan_us
+
+
+# --- kernel (Triton interpreter) ---------------------------------------------------------------------------------
+
+def _check(case, params=None, scales=SCALES, seeds=SEEDS):
+    w = make_weights(case)
+    v = get_variant("dag")
+    p = v.prepare(case, w, **(params or {}))
+    for scale in scales:
+        for seed in seeds:
+            x = make_input(case, scale, seed)
+            res = gate(v.run(p, x), reference_forward(case, w, x))
+            assert res.passed, (case.name, scale, seed, res)
+    return p
+
+
+def test_smoke2_passes_gate_all_scales_two_seeds():
+    _check(load_case("smoke2"))
+
+
+@pytest.mark.slow
+def test_odd_shape_passes_gate_all_scales():
+    _check(ODD, seeds=[0])
+
+
+@pytest.mark.parametrize("params", [dict(queue="static"), TILINGS[1], dict(scheme_o="f16_w1", scheme_ffn2="f16_w1")],
+                         ids=["static", "narrow", "f16_w1"])
+def test_other_schedules_pass_gate(params):
+    _check(ODD_CAUSAL, params, scales=[1e-2], seeds=[0])
+
+
+def test_two_runs_in_a_row_and_epoch_wraparound():
+    c = load_case("smoke2")
+    w = make_weights(c)
+    p = host.prepare(c, w)
+    x = make_input(c, 1.0, 0)
+    ref = reference_forward(c, w, x)
+    y1, y2 = host.run(p, x), host.run(p, x)
+    assert p.epoch == 2 and gate(y1, ref).passed and gate(y2, ref).passed
+    assert int(p.ctr[1]) == 2 * p.graph.goals[1]          # counters only grow: epoch x goal
+    p.epoch = host._epoch_limit(p)                          # the next launch would overflow int32: zeroed first
+    p.ctr.fill_(123)
+    assert gate(host.run(p, x), ref).passed and p.epoch == 1
+    assert torch.equal(p.ctr, torch.tensor(p.graph.goals, dtype=torch.int32))
+
+
+def test_spin_limit_turns_an_unsatisfiable_wait_into_an_error():
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c), spin_limit=20)
+    c_ln2 = next(t.waits[0] for t in p.graph.tasks if t.kind == G.LN2)
+    p.goal[c_ln2] += 1                                       # one signal more than any launch gives
+    with pytest.raises(RuntimeError, match="spin_limit=20"):
+        host.run(p, make_input(c, 1.0, 0))
+    p.goal[c_ln2] -= 1                                       # counters stay consistent: the next launch is fine
+    p.ctr.zero_()
+    p.head.zero_()
+    p.epoch = 0
+    x = make_input(c, 1.0, 1)
+    assert gate(host.run(p, x), reference_forward(c, make_weights(c), x)).passed
+
+
+def test_output_is_fresh_and_input_untouched():
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c))
+    x0, x1 = make_input(c, 1.0, 0), make_input(c, 1.0, 1)
+    keep = x0.clone()
+    y0 = host.run(p, x0)
+    y1 = host.run(p, x1)
+    assert torch.equal(x0, keep) and y0.data_ptr() != y1.data_ptr() and not torch.equal(y0, y1)
+
+
+def test_bad_inputs_name_the_fix():
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c))
+    x = make_input(c, 1.0, 0)
+    with pytest.raises(ValueError, match=r"\(B, S, D\)"):
+        host.run(p, x[:, :16])
+    with pytest.raises(TypeError, match="float32"):
+        host.run(p, x.double())
+    with pytest.raises(ValueError, match="contiguous"):
+        host.run(p, x.transpose(1, 2).contiguous().transpose(1, 2))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        host.run(p, x.numpy())
+
+
+def test_bad_parameters_name_the_parameter_and_allowed_values():
+    c = load_case("smoke2")
+    w = make_weights(c)
+    with pytest.raises(ValueError, match="unknown parameters.*block_x"):
+        host.prepare(c, w, block_x=3)
+    with pytest.raises(ValueError, match="queue='fifo'.*static"):
+        host.prepare(c, w, queue="fifo")
+    with pytest.raises(ValueError, match="split_k_o"):
+        host.prepare(c, w, split_k_o=0)
+    with pytest.raises(ValueError, match="num_warps"):
+        host.prepare(c, w, num_warps="4")
+    with pytest.raises(ValueError, match="grid=2 exceeds"):
+        host.prepare(c, w, grid=2)
+    with pytest.raises(ValueError, match="block_m_ln"):
+        host.prepare(c, w, block_m_ln=24)
+
+
+def test_cases_outside_the_envelope_are_unsupported():
+    big = load_case("case14")
+    with pytest.raises(Unsupported, match="block_m"):
+        host.graph_for(big)
+    with pytest.raises(Unsupported, match="multiple of 16"):
+        host.graph_for(Case(name="d40", number=0, family="dag", B=1, S=16, D=40, H=2, L=1, causal=False,
+                            weight_seed=1))
+
+
+def test_task_table_matches_the_graph():
+    g = _graph(ODD_CAUSAL, 3)
+    tab, width = host.task_table(g)
+    assert tab.shape == (len(g.tasks), width)
+    for i in (0, len(g.tasks) // 2, len(g.tasks) - 1):
+        t = g.tasks[i]
+        row = tab[i].tolist()
+        assert row[:7] == [t.kind, t.layer, t.a, t.b, t.c, len(t.waits), len(t.signals)]
+        assert tuple(row[8:8 + len(t.waits)]) == t.waits
+
+
+def test_static_lists_cover_every_task_once():
+    g = _graph(load_case("case04"))
+    order = host.static_order(g, 132).tolist()
+    assert order[:1] == [0] and order[132] == len(g.tasks)
+    assert sorted(order[133:]) == list(range(len(g.tasks)))
+
+
+def test_dag_is_registered_for_its_family():
+    assert get_variant("dag").families == ("dag",)
