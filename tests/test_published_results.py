@@ -24,7 +24,8 @@ def test_peers_table_flags_a_failing_fp32_peer(tmp_path):
     assert "case05 eager_sdpa: fp32 peer FAILS the gate" in text
 
 
-FAMILIES = (("seqres", 7), ("hybrid", 3))  # the families with a published report, and their case counts
+FAMILIES = (("seqres", 7), ("dag", 4), ("hybrid", 3))  # the reports of each family's cases, and their case counts
+ALL = ("all", 14)  # the report of every case: the README's results block
 README = Path(REPO, "README.md")
 
 
@@ -53,19 +54,22 @@ def _tables(text):
     return tables
 
 
-def test_readme_family_results_are_the_family_reports():
-    """Every number of the README's results comes from a committed report: each family's block is the report's
-    headline table and its `auto` rows, verbatim and in one piece; the family table's headline number is the
-    report's geomean against the fastest gated peer. Refreshing the README after a re-run is a copy of the
-    block this test prints."""
+def test_readme_results_are_the_reports():
+    """Every number of the README's results comes from a committed report: the results block is the all-cases
+    report's headline table and its `auto` rows, verbatim and in one piece; the family table's headline numbers are
+    each family report's geomean against the fastest gated peer. Refreshing the README after a re-run is a copy of
+    the block this test prints."""
     readme = README.read_text()
-    for family, n in FAMILIES:
-        headline, auto_table, n_rows, geomean = _report_block(family)
-        assert headline.startswith("| comparison") and n_rows == n, family
-        block = headline + "\n\n" + auto_table
-        assert block in readme, f"README's {family} results differ from its report; the block is:\n{block}"
-        row = next(l for l in readme.splitlines() if l.startswith(f"| `{family}` |"))
-        assert f"{geomean}×" in row, f"the family table's {family} row does not give the report's geomean {geomean}×"
+    headline, auto_table, n_rows, _ = _report_block(ALL[0])
+    assert headline.startswith("| comparison") and n_rows == ALL[1]
+    block = headline + "\n\n" + auto_table
+    assert block in readme, f"README's results differ from the report; the block is:\n{block}"
+    for family, n in FAMILIES + (ALL,):
+        _, _, n_rows, geomean = _report_block(family)
+        assert n_rows == n, family
+        key = "auto" if family == "all" else family
+        row = next(l for l in readme.splitlines() if l.startswith(f"| `{key}` |"))
+        assert f"{geomean}×" in row, f"the family table's {key} row does not give the report's geomean {geomean}×"
 
 
 def test_readme_is_short_and_its_tables_render():
@@ -85,7 +89,7 @@ def test_family_reports_are_what_the_committed_jsons_say(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable)
     subprocess.run(["bash", "workflow/scripts/family_report.sh", "docs/results/h200/raw", str(tmp_path)],
                    cwd=REPO, env=env, check=True, capture_output=True)
-    for family in ("seqres", "hybrid"):
+    for family in [f for f, _ in FAMILIES] + [ALL[0]]:
         def body(p):
             text = p.read_text()
             return text.split("## Headline", 1)[1].split("## Figures", 1)[0]

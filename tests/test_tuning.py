@@ -175,3 +175,15 @@ def test_hybrid_cuda_graph_option_is_wired():
     assert gate(v.run(p, x), reference_forward(case, w, x)).passed
     with pytest.raises(TypeError, match="unknown parameters"):
         v.prepare(case, w, cuda_graphs=True)
+
+
+def test_the_gpu_type_sets_the_triton_cache_directory(monkeypatch, tmp_path):
+    from omegaconf import OmegaConf
+
+    from workflow.run import gpu_environment
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    gpu_environment(OmegaConf.create({"gpu": {"device": "cuda", "triton_cache_dir": str(tmp_path / "c")}}))
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "c")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/site/cache")  # the job's own environment wins
+    gpu_environment(OmegaConf.create({"gpu": {"device": "cuda", "triton_cache_dir": "/elsewhere"}}))
+    assert os.environ["TRITON_CACHE_DIR"] == "/site/cache"

@@ -66,6 +66,17 @@ def header(cfg: DictConfig) -> dict:
             "tag": cfg.tag or "", "params": OmegaConf.to_container(cfg.variant.params, resolve=True)}
 
 
+def gpu_environment(cfg: DictConfig) -> None:
+    """What the GPU type sets before the first import of Triton: the interpreter on ``gpu=cpu``, and the compile
+    cache directory ``gpu.triton_cache_dir`` (one cache for the jobs of a node or of a shared filesystem; a variable
+    already set in the job's environment wins)."""
+    if cfg.gpu.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    cache = cfg.gpu.get("triton_cache_dir")
+    if cache:
+        os.environ.setdefault("TRITON_CACHE_DIR", os.path.expandvars(os.path.expanduser(str(cache))))
+
+
 def tune_job(cfg: DictConfig) -> dict:
     """The tune stage (``workflow/stages/tune.py``): committed -> copy the GPU type's tuned file; search -> search
     on this GPU. Writes ``result_path(cfg)`` (YAML) atomically; a failure writes nothing and exits non-zero."""
@@ -102,8 +113,7 @@ def tune_job(cfg: DictConfig) -> dict:
 def run_job(cfg: DictConfig) -> dict:
     """Run the configured stage; returns the result record (also written to ``result_path(cfg)``)."""
     validate(cfg)
-    if cfg.gpu.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first import of triton kernels
+    gpu_environment(cfg)
     if cfg.stage == "tune":
         return tune_job(cfg)
     import torch

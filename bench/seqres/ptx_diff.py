@@ -49,11 +49,11 @@ def published_configs(raw: Path) -> list[tuple[str, str, dict]]:
             if not f.exists():
                 continue
             info = json.loads(f.read_text()).get("prepare_info") or {}
-            params = dict((info.get("tune") or {}).get("chosen_params") or {})
+            params = dict(info.get("params") or (info.get("tune") or {}).get("chosen_params") or {})
             params.update({k: v for k, v in (info.get("smem_fit") or {}).items() if k not in _INFO_ONLY})
             if "R" in info:
                 params["split"] = info["R"]
-            for f1 in ("bf16x3", "f16_w1"):
+            for f1 in (("bf16x3",) if "params" in info else ("bf16x3", "f16_w1")):
                 p = dict(params, ffn1_scheme=f1, tune="off")
                 key = (case, json.dumps(p, sort_keys=True))
                 if key in seen:

@@ -13,6 +13,7 @@ from ..cases import Case, config_dir
 from ..common.occupancy import occupancy
 from ..common.split import split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
+from .. import tuning
 from ..registry import Unsupported
 from ..weights import Weights
 from . import graph as G
@@ -295,7 +296,36 @@ def compile_only(p: DagPrepared):
     return k
 
 
+TUNING_KEYS = ("tune", "tuned_file", "search_space", "tune_margin")
+
+
 def prepare(case: Case, weights: Weights, **params) -> DagPrepared:
+    """``prepare_one`` with the parameters ``tune`` picks (``kernels/tuning.py``): ``committed`` (default) this GPU's
+    ``config/tuned/<gpu>/<case>.yaml``, ``search`` the fastest of ``config/search/dag.yaml``'s candidates (CUDA),
+    ``off`` the parameters as given."""
+    mode, params, tinfo = tuning.resolve("dag", case, weights.device, params, DEFAULTS)
+    full = {k: v for k, v in params.items() if k not in TUNING_KEYS}
+    if mode == "search" and weights.device.type == "cuda" and not interpreting():
+        x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
+        y = torch.empty_like(x)
+        p, info, _ = tuning.search(lambda **f: prepare_one(case, weights, **f), lambda p, x: launch(p, x, y), full,
+                                   tuning.search_space("dag", tinfo.get("search_space")),
+                                   float(params.get("tune_margin", DEFAULTS["tune_margin"])),
+                                   set(DEFAULTS) - set(TUNING_KEYS), x, skip=(Unsupported, ValueError))
+        p.info["tune"] = info
+    else:
+        p = prepare_one(case, weights, **full)
+    if mode == "committed":
+        p.info["tuned"] = tinfo
+    return p
+
+
+def rebind(p: DagPrepared, weights: Weights) -> DagPrepared:
+    """The configuration ``p`` runs, prepared with other weights (``Variant.rebind``)."""
+    return prepare_one(p.case, weights, **{k: v for k, v in p.params.items() if k not in TUNING_KEYS})
+
+
+def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     """Build the task graph and everything the launch needs (parameters: ``DEFAULTS``,
     ``config/variant/dag.yaml``). On CUDA it compiles the kernel and checks that the grid is co-resident."""
     o = check_params(params)
