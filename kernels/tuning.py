@@ -34,6 +34,7 @@ import yaml
 from .cases import Case, config_dir
 
 TUNE_MODES = ("committed", "search", "off")
+TUNING_KEYS = ("tune", "tuned_file", "search_space", "tune_margin")  # parameters of every tuned family, read here
 
 
 def tuned_root() -> Path:
@@ -193,6 +194,32 @@ def search(prepare_one: Callable[..., Any], call: Callable[[Any, Any], Any], par
     info = {"mode": "search", "candidates": overs, "median_ms": [round(m, 5) for m in med], "chosen": k,
             "chosen_params": overs[k], "margin": margin, "skipped": skipped}
     return preps[k], info, sets
+
+
+def prepare(family: str, case: Case, weights, params: dict, defaults: dict, prepare_one: Callable[..., Any],
+            call: Callable[[Any, Any], Any], search_on: bool, skip: tuple = ()) -> tuple[Any, list | None]:
+    """A family's ``prepare``: ``resolve`` the parameters, then ``prepare_one(case, weights, **params)`` once, or
+    with ``tune=search`` (and ``search_on``: a CUDA device) ``search`` over the family's space, timing
+    ``call(prepared, x)``. Records ``info["tune"]`` (search) or ``info["tuned"]`` (committed). Returns (prepared,
+    the searched [(override, full params)] or None). A new family adds its search space
+    (``config/search/<family>.yaml``) and calls this."""
+    mode, params, tinfo = resolve(family, case, weights.device, params, defaults)
+    full = {k: v for k, v in params.items() if k not in TUNING_KEYS}
+    sets = None
+    if mode == "search" and search_on:
+        import torch
+        x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
+        p, info, sets = search(lambda **f: prepare_one(case, weights, **f), call, full,
+                               search_space(family, tinfo.get("search_space")),
+                               float(params.get("tune_margin", defaults.get("tune_margin", 0.03))),
+                               set(defaults) - set(TUNING_KEYS), x, skip=skip)
+        p.info["tune"] = info
+        torch.cuda.empty_cache()
+    else:
+        p = prepare_one(case, weights, **full)
+    if mode == "committed":
+        p.info["tuned"] = tinfo
+    return p, sets
 
 
 def block_from_search(info: dict, commit: str, date: str, gpu_name: str) -> dict:

@@ -304,7 +304,7 @@ def test_check_gpu_sweep_entries_use_known_parameters():
     assert not bad, bad
     assert "untuned" in SWEEP and SWEEP["untuned"] == {}
     pub5 = _resolve(SWEEP["pub"], load_case(5), DEFAULTS)
-    assert pub5["tune"] == [] and pub5["attn_oproj"] is True  # case 5's published choice, untuned
+    assert pub5["tune"] == "off" and pub5["attn_oproj"] is True  # case 5's published choice, untuned
 
 
 def test_balance_report_shows_idle_programs():

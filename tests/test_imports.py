@@ -34,7 +34,8 @@ def _imports(name: str, path: Path) -> set[str]:
             if node.level:
                 anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            out.add(base)
+            if not name.startswith(base + "."):  # a module's own ancestor packages are initialised before it runs
+                out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)  # ``from pkg import module``
     return out
 

@@ -14,7 +14,7 @@ from triton.compiler import ASTSource
 
 from kernels import load_case
 from kernels.common.occupancy import ctas_per_sm_limit
-from kernels.common.sm90_report import report
+from bench.common.sm90_report import report
 from kernels.dag import graph as G
 from kernels.dag.host import (_dag_fwd, _part_dtype, check_envelope, check_params, compile_context, kernel_meta,
                               parse_value, task_table, tiling_for)

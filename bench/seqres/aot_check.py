@@ -58,18 +58,9 @@ def compile_case(case, params: dict, arch: int = 90):
 
 
 def ptxas_info(ptx: str, arch: int) -> str:
-    """``ptxas -v`` output (stdout + stderr) for the kernel's PTX."""
-    import os
-    import subprocess
-    import tempfile
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "k.ptx")
-        with open(src, "w") as f:
-            f.write(ptx)
-        out = subprocess.run([ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(d, "k.cubin")],
-                             capture_output=True, text=True)
-    return out.stdout + out.stderr
+    """``ptxas -v`` output (stdout + stderr) for the kernel's PTX (``bench.common.sm90_report.ptxas_verbose``)."""
+    from bench.common.sm90_report import ptxas_verbose
+    return ptxas_verbose(ptx, arch)
 
 
 def ptxas_usage(txt: str) -> tuple[int, int]:

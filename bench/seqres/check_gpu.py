@@ -228,13 +228,14 @@ def fastest_gated_peer_ms(number: int) -> float:
 
 
 def published_choice(case) -> dict:
-    """The tune candidate the published timing job of ``case`` chose (``prepare_info.tune.chosen_params`` in
-    docs/results/h200/raw/timing/h200/caseNN/auto.json; {} when it kept the defaults)."""
+    """The parameters the published timing job of ``case`` ran (``prepare_info.params``, the committed tuned choice;
+    older JSONs: ``prepare_info.tune.chosen_params``) in docs/results/h200/raw/timing/h200/caseNN/auto.json; {} when
+    it kept the defaults."""
     f = PUBLISHED_RUN / f"case{case.number:02d}" / "auto.json"
     if not f.is_file():
         raise ValueError(f"check_gpu: no published timing for {case.name} ({f}); the 'pub' entries need one")
-    tune = json.loads(f.read_text()).get("prepare_info", {}).get("tune", {})
-    return dict(tune.get("chosen_params", {}))
+    info = json.loads(f.read_text()).get("prepare_info", {})
+    return dict(info.get("params") or info.get("tune", {}).get("chosen_params", {}))
 
 
 def _resolve(over: dict, case, base: dict) -> dict:

@@ -1,6 +1,5 @@
 """How many CTAs of a compiled kernel fit on one SM (persistent kernels must check their grid is co-resident:
-a program that waits for a program which never got an SM deadlocks). General version of the check in
-``kernels/seqres/host.py``; used by ``kernels/dag``."""
+a program that waits for a program which never got an SM deadlocks). Used by ``kernels/seqres`` and ``kernels/dag``."""
 from __future__ import annotations
 
 

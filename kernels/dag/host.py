@@ -296,28 +296,18 @@ def compile_only(p: DagPrepared):
     return k
 
 
-TUNING_KEYS = ("tune", "tuned_file", "search_space", "tune_margin")
+TUNING_KEYS = tuning.TUNING_KEYS
 
 
 def prepare(case: Case, weights: Weights, **params) -> DagPrepared:
     """``prepare_one`` with the parameters ``tune`` picks (``kernels/tuning.py``): ``committed`` (default) this GPU's
     ``config/tuned/<gpu>/<case>.yaml``, ``search`` the fastest of ``config/search/dag.yaml``'s candidates (CUDA),
     ``off`` the parameters as given."""
-    mode, params, tinfo = tuning.resolve("dag", case, weights.device, params, DEFAULTS)
-    full = {k: v for k, v in params.items() if k not in TUNING_KEYS}
-    if mode == "search" and weights.device.type == "cuda" and not interpreting():
-        x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
-        y = torch.empty_like(x)
-        p, info, _ = tuning.search(lambda **f: prepare_one(case, weights, **f), lambda p, x: launch(p, x, y), full,
-                                   tuning.search_space("dag", tinfo.get("search_space")),
-                                   float(params.get("tune_margin", DEFAULTS["tune_margin"])),
-                                   set(DEFAULTS) - set(TUNING_KEYS), x, skip=(Unsupported, ValueError))
-        p.info["tune"] = info
-    else:
-        p = prepare_one(case, weights, **full)
-    if mode == "committed":
-        p.info["tuned"] = tinfo
-    return p
+    ys = {}
+    return tuning.prepare("dag", case, weights, params, DEFAULTS, prepare_one,
+                          lambda p, x: launch(p, x, ys.setdefault(0, torch.empty_like(x))),
+                          search_on=weights.device.type == "cuda" and not interpreting(),
+                          skip=(Unsupported, ValueError))[0]
 
 
 def rebind(p: DagPrepared, weights: Weights) -> DagPrepared:

@@ -127,20 +127,8 @@ def prepare(case: Case, weights: Weights, **params) -> Prepared:
     unknown = sorted(set(params) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"hybrid: unknown parameters {unknown}; valid: {sorted(DEFAULTS)}")
-    mode, params, tinfo = tuning.resolve("hybrid", case, weights.device, params, DEFAULTS)
-    full = {k: v for k, v in dict(DEFAULTS, **params).items()
-            if k not in ("tune", "tuned_file", "tune_margin", "search_space")}
-    if mode == "search" and weights.device.type == "cuda":
-        x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
-        p, info, _ = tuning.search(lambda **f: prepare_one(case, weights, **f), run, full,
-                                   tuning.search_space("hybrid", tinfo.get("search_space")),
-                                   float(params.get("tune_margin", DEFAULTS["tune_margin"])), set(DEFAULTS), x)
-        p.info["tune"] = info
-    else:
-        p = prepare_one(case, weights, **full)
-    if mode == "committed":
-        p.info["tuned"] = tinfo
-    return p
+    return tuning.prepare("hybrid", case, weights, dict(DEFAULTS, **params), DEFAULTS, prepare_one, run,
+                          search_on=weights.device.type == "cuda")[0]
 
 
 def rebind(p: Prepared, weights: Weights) -> Prepared:

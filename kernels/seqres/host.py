@@ -13,6 +13,7 @@ from triton.runtime.errors import OutOfResources
 
 import yaml
 
+from ..common.occupancy import ctas_per_sm_limit, occupancy  # noqa: F401 (re-exported for the lab tools)
 from ..common.split import split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
@@ -319,40 +320,23 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     configuration; ``search`` times the candidates of ``config/search/seqres.yaml`` on top of the parameters
     given and keeps the fastest (CUDA only; ``info["tune"]`` records them); ``off`` runs the parameters as given.
     ``info["params"]`` is the full parameter set prepared (``rebind`` prepares it again with other weights)."""
-    mode, params, tinfo = tuning.resolve("seqres", case, weights.device, params, DEFAULTS)
-    if mode == "search" and weights.device.type == "cuda" and not interpreting():
-        p = _prepare_search(case, weights, params, tinfo.get("search_space"))
-    else:
-        p = prepare_one(case, weights, **params)
-    if mode == "committed":
-        p.info["tuned"] = tinfo
+    ys = {}
+    p, sets = tuning.prepare("seqres", case, weights, params, DEFAULTS, prepare_one,
+                             lambda p, x: launch(p, x, ys.setdefault(0, torch.empty_like(x))),
+                             search_on=weights.device.type == "cuda" and not interpreting(),
+                             skip=(Unsupported, ValueError, OutOfResources))
+    if sets is not None:
+        p.tune_sets = sets
     return p
 
 
 def tune_candidates(params: dict, space=None) -> list[tuple[dict, dict]]:
-    """(override, full parameter set) of each candidate ``tune=search`` tries for ``params``: the parameters as
-    given, then each candidate of the search space (``space``: ``tuning.search_space``) on top (every set with
-    ``tune: off``)."""
-    base = {k: v for k, v in params.items() if k not in ("tuned_file", "search_space")}
+    """(override, full parameter set) of each candidate ``tune=search`` tries for ``params`` (what
+    ``tuning.search`` prepares; for the lab tools): the parameters as given, then each candidate of the search space
+    (``space``: ``tuning.search_space``) on top (every set with ``tune: off``)."""
+    base = {k: v for k, v in params.items() if k not in tuning.TUNING_KEYS}
     base["tune"] = "off"
     return [(dict(o), dict(base, **o)) for o in [{}] + tuning.search_space("seqres", space)]
-
-
-def _prepare_search(case: Case, weights: Weights, params: dict, space=None) -> SeqresPrepared:
-    """``tune=search``: every candidate prepared and timed (``tuning.search``); candidates the case does not
-    support (``Unsupported``, ``ValueError``, or a kernel that does not fit: ``OutOfResources``) are skipped and
-    recorded. Untimed by SPEC §5 (prepare)."""
-    margin = float(params.get("tune_margin", DEFAULTS.get("tune_margin", 0.03)))
-    cands = tune_candidates(params, space)
-    x = torch.randn(case.B, case.S, case.D, device=weights.device, dtype=torch.float32)
-    y = torch.empty_like(x)
-    chosen, info, sets = tuning.search(
-        lambda **full: prepare_one(case, weights, **full), lambda p, x: launch(p, x, y), cands[0][1],
-        [o for o, _ in cands[1:]], margin, set(DEFAULTS), x, skip=(Unsupported, ValueError, OutOfResources))
-    chosen.info["tune"] = info
-    chosen.tune_sets = sets
-    torch.cuda.empty_cache()
-    return chosen
 
 
 def alternates(p: SeqresPrepared, weights: Weights) -> list:
@@ -398,7 +382,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
         p.runner = p.kernel[(p.grid[0], 1, 1)]  # cost tens of µs of host time per call
         p.const_args = constexpr_args(p.meta)
         p.static_ptrs = static_pointers(p)
-    p.info["params"] = {k: v for k, v in params.items() if k not in ("tune", "tuned_file", "search_space")}
+    p.info["params"] = {k: v for k, v in params.items() if k not in tuning.TUNING_KEYS}
     return p
 
 
@@ -596,26 +580,6 @@ def compile_only(p: SeqresPrepared):
         k = _seqres_fwd.warmup(*runtime_args(p, x, x, spin=1), grid=p.grid, **p.meta, **p.launch)
     k._init_handles()
     return k
-
-
-def occupancy(k, num_warps: int, dev) -> int:
-    """Resident CTAs per SM of compiled kernel ``k`` on ``dev`` (see ``ctas_per_sm_limit``)."""
-    props = torch.cuda.get_device_properties(dev)
-    return ctas_per_sm_limit(k.n_regs, k.metadata.shared, num_warps,
-                             regs_sm=getattr(props, "regs_per_multiprocessor", 65536),
-                             smem_sm=getattr(props, "shared_memory_per_multiprocessor", 228 * 1024),
-                             threads_sm=getattr(props, "max_threads_per_multi_processor", 2048))
-
-
-def ctas_per_sm_limit(n_regs: int, shared: int, num_warps: int, regs_sm: int = 65536,
-                      smem_sm: int = 228 * 1024, threads_sm: int = 2048) -> int:
-    """CTAs of one kernel that fit on an SM: registers allocated per warp in 256-register units, shared
-    memory plus 1 KiB reserved per CTA, threads; at most 32."""
-    regs_warp = -(-n_regs * 32 // 256) * 256
-    by_regs = regs_sm // max(1, regs_warp * num_warps)
-    by_smem = smem_sm // (shared + 1024)
-    by_thr = threads_sm // (32 * num_warps)
-    return max(0, min(by_regs, by_smem, by_thr, 32))
 
 
 def launch(p: SeqresPrepared, x: torch.Tensor, y: torch.Tensor):

@@ -1,6 +1,6 @@
 """Resource report of a kernel compiled for sm_90 without a GPU (``triton.compile`` with an explicit target): the
-bundled ``ptxas -v`` (registers, spills) and whether ptxas serialized the wgmma instructions (note C7514). General
-version of the helpers in ``kernels/seqres/aot_check.py``; used by ``bench/dag/aot_check.py``."""
+bundled ``ptxas -v`` (registers, spills) and whether ptxas serialized the wgmma instructions (note C7514). Used by
+``bench/seqres/aot_check.py`` and ``bench/dag/aot_check.py``."""
 from __future__ import annotations
 
 import os
