@@ -99,14 +99,6 @@ def check_variant(case, weights, variant, prepared, scales, seeds, atol, rtol, d
             "reason": "; ".join(problems)}
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def reference_batch(case, device, cap: int) -> int:
     """How many inputs one reference call may stack along the batch (each sequence is independent, so the
     stacked naive model is the same math): at most ``cap``, and 1 where the stacked scores would not fit."""
@@ -147,6 +139,7 @@ def margin_check(case, weights, variant, prepared, params: dict, scale: float, m
     weights run the same configuration (``Variant.rebind``). Records the max and p99 of error / tolerance
     and the worst input (scale, input seed, weight seed)."""
     from kernels import make_weights
+    from kernels.timing import quantile
     seed0, n_in, n_w = int(mcfg.input_seed), int(mcfg.inputs), int(mcfg.inputs_per_weight_seed)
     input_seeds = list(range(seed0, seed0 + max(n_in, n_w)))
     clash = sorted(set(input_seeds) & {int(s) for s in gate_seeds})
@@ -171,6 +164,9 @@ def margin_check(case, weights, variant, prepared, params: dict, scale: float, m
         log(f"  margin {case.name} {variant.name} weight seed {wseed}: {n} inputs at scale {scale:g}, worst "
             f"{worst_w:.3f} x tolerance [{time.time() - t0:.0f}s]")
         del p, w
+    if not rows:
+        raise ValueError("gate.margin: no inputs to check (inputs and inputs_per_weight_seed are 0); set "
+                         "gate.margin.enabled=false to skip the margin check")
     over = [r["max_over_tol"] for _, _, r in rows]
     wseed, iseed, wr = max(rows, key=lambda t: t[2]["max_over_tol"])
     bound = float(mcfg.bound)
@@ -179,7 +175,7 @@ def margin_check(case, weights, variant, prepared, params: dict, scale: float, m
         per_w[str(ws)] = max(per_w.get(str(ws), 0.0), r["max_over_tol"])
     passed = max(over) <= bound
     return {"passed": passed, "bound": bound, "scale": scale, "n_inputs": len(rows), "ref_batch": k,
-            "max_over_tol": max(over), "p99_over_tol": _quantile(over, 0.99), "median_over_tol": _quantile(over, 0.5),
+            "max_over_tol": max(over), "p99_over_tol": quantile(over, 0.99), "median_over_tol": quantile(over, 0.5),
             "gate_failures": sum(1 for _, _, r in rows if not r["passed"]),
             "worst": {"scale": scale, "input_seed": iseed, "weight_seed": wseed, "max_over_tol": wr["max_over_tol"],
                       "max_abs": wr["max_abs"], "reason": wr["reason"]},
@@ -194,9 +190,9 @@ def wants_margin(mcfg, kind: str) -> bool:
 
 
 def job(ctx) -> dict:
-    """The correctness job for one case x variant (``ctx``: workflow.run.JobContext). A variant that autotuned
-    in ``prepare`` (``Variant.alternates``) has every candidate it chose among gated too, and passes only if all
-    pass: the timing and profiling jobs autotune on their own and may pick another one."""
+    """The correctness job for one case x variant (``ctx``: workflow.run.JobContext): the gate, then the margin check
+    (our variants, where the gate passes). A variant that searched in ``prepare`` (``tune=search``:
+    ``Variant.alternates``) has every candidate it chose among gated too, and passes only if all pass."""
     cfg = ctx.cfg
     args = (list(cfg.gate.scales), list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device)
     body = check_variant(ctx.case, ctx.weights, ctx.variant, ctx.prepared, *args)
