@@ -327,7 +327,6 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     given and keeps the fastest (CUDA only; ``info["tune"]`` records them); ``off`` runs the parameters as given.
     ``info["params"]`` is the full parameter set prepared (``rebind`` prepares it again with other weights)."""
     check_params("seqres", params, SPEC, known=DEFAULTS)
-    check_weights("seqres", case, weights)
     mode, params, tinfo = tuning.resolve("seqres", case, weights.device, params, DEFAULTS)
     if mode == "search" and weights.device.type == "cuda" and not interpreting():
         p = _prepare_search(case, weights, params, tinfo.get("search_space"))
@@ -387,13 +386,13 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     interpreter and when the grid would exceed the proven co-resident slots: one per SM, or with
     ``ctas_per_sm`` > 1 the compiled kernel's measured occupancy (at most ``ctas_per_sm``) per SM
     (``_fit_to_device``). ``flag_barrier`` runs the flag protocol even when R == 1 (tests)."""
-    check_weights("seqres", case, weights)
     dev = weights.device
     if dev.type != "cuda" and not interpreting():
         raise Unsupported("seqres needs a CUDA device, or TRITON_INTERPRET=1 set before importing kernels")
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
     cps = int(params.get("ctas_per_sm", DEFAULTS["ctas_per_sm"]))
     meta, launch_opts, info = prepare_meta(case, n_sm, interpreting(), n_slots=n_sm * max(1, cps), **params)
+    check_weights("seqres", case, weights)  # (after the envelope: a case seqres does not run is Unsupported first)
     tensors = _weight_args(weights, meta)
     scratch = _scratch(case, meta, dev)
     spin_limit = int(params.get("spin_limit", DEFAULTS["spin_limit"]))
