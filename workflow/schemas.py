@@ -239,10 +239,10 @@ def validate_record(stage: str, data) -> dict:
     """``data`` if it is a valid ``stage`` record; else ``InvalidResult`` saying why."""
     if not isinstance(data, dict):
         raise InvalidResult(f"not a result record: a JSON {type(data).__name__}, not an object")
-    if data.get("stage") != stage:
-        raise InvalidResult(f"stage {data.get('stage')!r}, expected {stage!r}")
+    if "stage" in data and data["stage"] != stage:
+        raise InvalidResult(f"a {data['stage']!r} record where a {stage!r} result belongs")
     try:
-        MODELS[stage].model_validate(data)
+        MODELS[stage].model_validate(dict(data, stage=stage) if "stage" not in data else data)
     except ValidationError as e:
         raise InvalidResult(f"fails the {stage} schema: {_short(e)}") from None
     return data
