@@ -242,7 +242,7 @@ def validate_record(stage: str, data) -> dict:
     if "stage" in data and data["stage"] != stage:
         raise InvalidResult(f"a {data['stage']!r} record where a {stage!r} result belongs")
     try:
-        MODELS[stage].model_validate(dict(data, stage=stage) if "stage" not in data else data)
+        MODELS[stage].model_validate(data)
     except ValidationError as e:
         raise InvalidResult(f"fails the {stage} schema: {_short(e)}") from None
     return data
