@@ -240,3 +240,68 @@ def test_noisy_timing_and_timing_flags_are_noted(tmp_path):
     assert "timing flag: SM clock moved 300 MHz" in note
     assert _row(df, "c1", "auto")["usable"]
     assert _row(df, "c1", "eager")["note"] == ""  # a 4% spread is not noted
+
+
+# ---------------------------------------------------------------- invalid results are never counted (issue 32)
+
+
+@pytest.mark.parametrize("content", [
+    '{"status": "ok", "passed": true}',      # hand-written "pass"
+    "[]", '"x"',                              # not a record
+    None,                                     # truncated
+])
+def test_a_forged_or_broken_result_is_marked_invalid_and_never_counted(tmp_path, content):
+    """c4's auto correctness replaced: the headline does not count it, the report lists it as invalid."""
+    root = write_results(tmp_path / "outputs")
+    _write(root / "timing" / "h200" / "c4" / "auto.json", _timing("c4", "auto", "ok", 1.0))  # c4 would count
+    p = root / "correctness" / "mig" / "c4" / "auto.json"
+    p.write_text(content if content is not None else p.read_text()[:150])
+    res = R.load_results(root, "h200", "mig", None, CASES, VARIANTS, tag="")
+    df = R.build_summary(res, INFO, CEILINGS)
+    assert _row(df, "c4", "auto")["gate"] == "invalid" and not _row(df, "c4", "auto")["usable"]
+    h = R.headline(df, res)
+    assert "c4" not in h["cases"]["best_peer"] and h["cases"]["best_peer"] == ["c1", "c2"]
+    assert any(case == "c4" and "invalid" in why for _, case, why in h["exclusions"])
+    assert [(s, c, v) for s, c, v, _, _ in res.invalid] == [("correctness", "c4", "auto")]
+    out = tmp_path / "report"
+    R.write_report(out, res, INFO, CEILINGS, "h200", "mig")
+    assert "Invalid results, not counted (1)" in (out / "report.md").read_text()
+
+
+def test_a_self_contradicting_record_is_invalid(tmp_path):
+    """passed=true while a scale x seed check failed; a p20 above the median; another case's record copied in."""
+    root = write_results(tmp_path / "outputs")
+    c3 = root / "correctness" / "mig" / "c3" / "auto.json"
+    d = json.loads(c3.read_text())
+    d["passed"] = True                        # auto fails at scale 0.001 on c3
+    c3.write_text(json.dumps(d))
+    t1 = root / "timing" / "h200" / "c1" / "eager.json"
+    t1.write_text(json.dumps(dict(json.loads(t1.read_text()), p20_ms=11.0)))
+    (root / "timing" / "h200" / "c2" / "auto.json").write_text(
+        (root / "timing" / "h200" / "c1" / "auto.json").read_text())
+    res = R.load_results(root, "h200", "mig", None, CASES, VARIANTS)
+    why = {(s, c, v): r for s, c, v, _, r in res.invalid}
+    assert "passed=true while a scale x seed check failed" in why[("correctness", "c3", "auto")]
+    assert "p20 11.0 <= median 10.0" in why[("timing", "c1", "eager")]
+    assert "case 'c1' in the record, 'c2' in its path" in why[("timing", "c2", "auto")]
+
+
+def test_an_override_runs_result_never_counts_as_a_default_result(tmp_path):
+    """A result with another run's tag (e.g. an override run's written by hand with out= to a default path)."""
+    root = write_results(tmp_path / "outputs")
+    p = root / "timing" / "h200" / "c1" / "auto.json"
+    p.write_text(json.dumps(dict(json.loads(p.read_text()), tag="block_m-16-0123abcd")))
+    res = R.load_results(root, "h200", "mig", None, CASES, VARIANTS, tag="")
+    assert [(s, c, v) for s, c, v, _, _ in res.invalid] == [("timing", "c1", "auto")]
+    assert "written by a run with tag block_m-16-0123abcd" in res.invalid[0][4]
+    assert R.load_results(root, "h200", "mig", None, CASES, VARIANTS, tag=None).invalid == []  # (not checked)
+
+
+def test_the_cli_checks_the_tag_of_its_root(results_root, tmp_path):
+    """By hand, the tag comes from the root (outputs/tag/<tag> -> <tag>, else the default results)."""
+    args = [sys.executable, "-m", "workflow.report", "--root", str(results_root), "--gpu", "h200",
+            "--correctness-gpu", "mig", "--cases", "c1", "--variants", "auto", "--variant-info", json.dumps(INFO),
+            "--ceilings", json.dumps(CEILINGS), "--out-dir", str(tmp_path / "r"), "--strict"]
+    assert subprocess.run(args, cwd=REPO, capture_output=True, text=True).returncode == 0
+    p = subprocess.run(args + ["--tag", "other"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 1 and "invalid correctness result for c1 x auto" in p.stderr

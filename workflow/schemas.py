@@ -25,7 +25,8 @@ class InvalidResult(ValueError):
 
 def _short(e: ValidationError, n: int = 3) -> str:
     errs = e.errors()
-    parts = [f"{'.'.join(map(str, x['loc'])) or '(record)'}: {x['msg']}" for x in errs[:n]]
+    parts = [f"{'.'.join(map(str, x['loc'])) or '(record)'}: {x['msg'].removeprefix('Value error, ')}"
+             for x in errs[:n]]
     return "; ".join(parts) + (f" (+{len(errs) - n} more)" if len(errs) > n else "")
 
 
