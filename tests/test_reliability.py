@@ -48,12 +48,19 @@ def test_a_by_hand_override_goes_under_its_tag_and_the_default_result_is_untouch
 
 
 def test_the_issues_override_gets_a_tag_by_hand_with_plus_and_double_plus():
-    cfg = _compose("stage=timing", "case=smoke1", "variant=auto", "gpu=cpu")
+    sel = ["stage=timing", "case=smoke1", "variant=auto", "gpu=cpu"]
     for ov in ("+variant.params.seqres.block_m=16", "++variant.params.seqres.block_m=16", "timing.reps=7",
                "gate.atol=0.01", "~variant.params.hybrid"):
-        tag, tagged = job_tag(cfg, ["stage=timing", "case=smoke1", "variant=auto", "gpu=cpu", ov])
+        cfg = _compose(*sel, ov)
+        tag, tagged = job_tag(cfg, [*sel, ov])
         assert tagged == [ov] and tag == derive_tag([ov])
         assert f"tag/{tag}/timing/cpu/smoke1/auto.json" in str(result_path(cfg, tag))
+
+
+def test_an_override_that_restates_the_default_is_not_an_override_run():
+    sel = ["stage=correctness", "case=smoke1", "variant=eager", "gpu=cpu"]
+    assert job_tag(_compose(*sel, "gate.seeds=[0, 1]"), [*sel, "gate.seeds=[0, 1]"]) == ("", [])
+    assert job_tag(_compose(*sel, "gate.seeds=[0, 2]"), [*sel, "gate.seeds=[0, 2]"])[0] != ""
 
 
 def test_plumbing_and_the_matrix_own_overrides_are_not_tagged():

@@ -26,7 +26,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from .schemas import SCHEMA
-from .tags import NAME_RE, check_tag, derive_tag, tagged_overrides
+from .tags import NAME_RE, changes_config, check_tag, derive_tag, tagged_overrides
 
 STAGES = ("tune", "correctness", "timing", "ncu")
 TUNED_FAMILIES = ("auto", "seqres", "hybrid", "dag")  # variants that take tune / tuned_file
@@ -52,12 +52,27 @@ def task_overrides() -> list[str]:
         return []
 
 
+def compose(overrides: list[str]) -> DictConfig:
+    """config/config.yaml composed with ``overrides`` (inside ``@hydra.main`` or not)."""
+    from hydra import compose as _compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    if GlobalHydra.instance().is_initialized():
+        return _compose(config_name="config", overrides=list(overrides))
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "config"), version_base="1.3"):
+        return _compose(config_name="config", overrides=list(overrides))
+
+
 def job_tag(cfg: DictConfig, overrides: list[str]) -> tuple[str, list[str]]:
-    """(tag, the overrides that make this an override run): ``tag=`` when given, else derived from those
-    overrides ("" when there are none). ``+matrix=<name>`` names the matrix whose job_overrides are not tagged."""
+    """(tag, the overrides that make this an override run; ``workflow/tags.py``): ``tag=`` when given, else derived
+    from those overrides ("" when there are none, or when they only restate defaults). ``+matrix=<name>`` names the
+    matrix whose job_overrides are not tagged."""
     matrix = (cfg.get("matrix") or {}).get("job_overrides") or []
     tagged = tagged_overrides(overrides, list(matrix), str(cfg.output_root))
-    return (check_tag(cfg.tag) if cfg.tag else derive_tag(tagged)), tagged
+    if cfg.tag:
+        return check_tag(cfg.tag), tagged
+    if tagged and not changes_config(compose, [o for o in overrides if o not in tagged], tagged):
+        tagged = []
+    return derive_tag(tagged), tagged
 
 
 def result_path(cfg: DictConfig, tag: str | None = None) -> Path:

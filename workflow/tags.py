@@ -9,6 +9,7 @@ The rule: every override is tagged except
     <output_root>/[tag/<tag>/]tuned/<gpu>/<case>/<variant>.yaml>`` (where the parameters come from, the tune stage)
   - the overrides of the matrix the job belongs to (``+matrix=<name>``: its ``job_overrides``, part of the matrix's
     definition; Snakemake passes ``+matrix=`` to every job)
+and overrides that change nothing (they restate the defaults: ``changes_config``) make no override run.
 """
 from __future__ import annotations
 
@@ -56,6 +57,16 @@ def tagged_overrides(overrides, matrix_overrides=(), output_root: str = "outputs
             continue
         out.append(str(ov))
     return out
+
+
+def changes_config(compose, selection: list[str], overrides: list[str]) -> bool:
+    """Whether ``overrides`` change the config ``compose(selection)`` (``compose``: Hydra's, overrides -> config);
+    an override that restates a default (``gate.seeds=[0,1]``) does not."""
+    from omegaconf import OmegaConf
+    if not overrides:
+        return False
+    before = OmegaConf.to_container(compose(list(selection)), resolve=True)
+    return before != OmegaConf.to_container(compose([*selection, *overrides]), resolve=True)
 
 
 def derive_tag(overrides: list[str]) -> str:

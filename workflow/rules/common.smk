@@ -39,7 +39,8 @@ BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no":
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # kernels/ and workflow/ importable from the Snakefile
 
-from workflow.tags import RESERVED_KEYS, check_tag, derive_tag, override_key, tagged_overrides  # noqa: E402
+from workflow.tags import (RESERVED_KEYS, changes_config, check_tag, derive_tag, override_key,  # noqa: E402
+                           tagged_overrides)
 
 
 # ---------------------------------------------------------------- Hydra
@@ -287,13 +288,23 @@ def validate_overrides(overrides: list[str], variants: list[str], cases: list[st
                 "restricted to them: --config variants='[seqres]'.") from None
 
 
-OVERRIDES = parse_overrides(config.get("overrides", []))
-TAG = str(config.get("tag") or derive_tag(tagged_overrides(OVERRIDES)))
-if TAG:
+def run_tag(overrides: list[str], matrix: dict) -> str:
+    """The run's tag: --config tag=, else derived from the overrides (workflow/tags.py, the job entry's rule: none
+    when they change no job's config)."""
+    tag = str(config.get("tag") or "")
+    tagged = tagged_overrides(overrides)
+    if not tag and tagged:
+        sel = [f"case={matrix['cases'][0] if matrix['cases'] else 'smoke1'}", f"gpu={matrix['stages']['timing']}",
+               *matrix["job_overrides"]]
+        changed = any(changes_config(compose, [f"variant={v}", *sel], tagged) for v in matrix["variants"])
+        tag = derive_tag(tagged) if changed else ""
     try:
-        check_tag(TAG)
+        return check_tag(tag) if tag else ""
     except ValueError as e:
         raise WorkflowError(str(e)) from None
+
+
+OVERRIDES = parse_overrides(config.get("overrides", []))
 MATRIX = load_matrix(config)
 TUNE = str(config.get("tune", "committed"))
 if TUNE not in TUNE_MODES:
@@ -302,6 +313,7 @@ if TUNE not in TUNE_MODES:
 # what every job gets: the matrix's own job_overrides (part of its definition, no tag), then the user's
 JOB_OVERRIDES = MATRIX["job_overrides"] + OVERRIDES
 validate_overrides(JOB_OVERRIDES, MATRIX["variants"], MATRIX["cases"], MATRIX["stages"])
+TAG = run_tag(OVERRIDES, MATRIX)
 RESULTS_ROOT = f"outputs/tag/{TAG}" if TAG else "outputs"
 RESULTS = f"{RESULTS_ROOT}/"  # every result path starts with this
 LOGS = f"{RESULTS}logs/"
