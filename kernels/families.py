@@ -41,7 +41,8 @@ def _auto_defaults() -> dict:
         return dict(yaml.safe_load(f)["params"])
 
 
-DEFAULT_ROUTE = dict(_auto_defaults()["route"])
+AUTO_PARAMS = _auto_defaults()
+DEFAULT_ROUTE = dict(AUTO_PARAMS["route"])
 
 
 @dataclass
@@ -78,7 +79,7 @@ def check_auto_params(route, per_variant: dict) -> None:
         if fam not in FAMILIES or not isinstance(name, str):
             raise ParameterError(f"auto: route.{fam}={name!r}: route maps a family ({', '.join(FAMILIES)}) to a "
                                  "variant name")
-    check_names("auto", per_variant, set(_auto_defaults()) | set(list_variants(kind="ours")))
+    check_names("auto", per_variant, set(AUTO_PARAMS) | set(list_variants(kind="ours")))
     for name, block in per_variant.items():
         if block is not None and not isinstance(block, dict):
             raise ParameterError(f"auto: {name}={block!r} must be a mapping of {name}'s parameters, e.g. "
