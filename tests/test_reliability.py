@@ -238,11 +238,10 @@ def test_an_ill_typed_config_value_is_refused_before_any_work_naming_the_key(ove
 ])
 def test_a_parameter_error_exits_non_zero_and_writes_nothing_on_every_variant(variant, override, tmp_path):
     case = {"hybrid": "smoke3", "dag": "smoke2"}.get(variant, "smoke1")
-    cfg = _compose("stage=correctness", f"case={case}", f"variant={variant}", "gpu=cpu", f"output_root={tmp_path}",
-                   override)
+    args = ["stage=correctness", f"case={case}", f"variant={variant}", "gpu=cpu", f"output_root={tmp_path}", override]
     key = override.split("=")[0].split(".")[-1]
     with pytest.raises(SystemExit, match=rf"^error: \w+: (unknown parameters \['{key}'\]|{key}=)") as e:
-        run_job(cfg, [override])
+        run_job(_compose(*args), args)
     assert e.value.code != 0 and not any(tmp_path.rglob("*.json"))
 
 

@@ -65,8 +65,11 @@ def changes_config(compose, selection: list[str], overrides: list[str]) -> bool:
     from omegaconf import OmegaConf
     if not overrides:
         return False
-    before = OmegaConf.to_container(compose(list(selection)), resolve=True)
-    return before != OmegaConf.to_container(compose([*selection, *overrides]), resolve=True)
+    try:
+        before = OmegaConf.to_container(compose(list(selection)), resolve=True)
+        return before != OmegaConf.to_container(compose([*selection, *overrides]), resolve=True)
+    except Exception:  # noqa: BLE001 - what does not compose is not a restated default: tagged
+        return True
 
 
 def derive_tag(overrides: list[str]) -> str:
