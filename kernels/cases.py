@@ -5,6 +5,7 @@ reads the same files with plain PyYAML so ``kernels`` never imports Hydra.
 """
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -108,8 +109,12 @@ def list_cases(smoke: bool | None = None, family: str | None = None) -> list[str
 
 
 def load_case(name_or_number: str | int) -> Case:
-    """``load_case(7)``, ``load_case("7")``, ``load_case("case07")`` and ``load_case("smoke1")`` all work."""
+    """``load_case(7)``, ``load_case("7")``, ``load_case("case07")`` and ``load_case("smoke1")`` all work; anything
+    but a name or an integer (``1.5``, ``True``) is refused rather than rounded."""
     cases = _load_all()
+    if isinstance(name_or_number, bool) or not isinstance(name_or_number, (str, numbers.Integral)):
+        raise TypeError(f"load_case takes a case name or number, got {type(name_or_number).__name__} "
+                        f"{name_or_number!r}; valid: {', '.join(cases)} (or a case number)")
     key = name_or_number
     if isinstance(key, str) and key in cases:
         return cases[key]

@@ -10,6 +10,7 @@ import torch
 
 from .cases import FAMILIES, Case
 from .registry import IMPORT_ERRORS, Unsupported, Variant, get_variant, list_variants, register
+from .validate import ParameterError, check_names
 from .weights import Weights
 
 
@@ -40,7 +41,8 @@ def _auto_defaults() -> dict:
         return dict(yaml.safe_load(f)["params"])
 
 
-DEFAULT_ROUTE = dict(_auto_defaults()["route"])
+AUTO_PARAMS = _auto_defaults()
+DEFAULT_ROUTE = dict(AUTO_PARAMS["route"])
 
 
 @dataclass
@@ -56,6 +58,7 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, tune:
     """Route ``case.family`` to a variant (``route`` maps family -> variant name; default: auto.yaml's);
     ``per_variant[name]`` holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra).
     ``tune``, ``tuned_file`` and ``search_space`` (``kernels/tuning.py``), where given, reach the routed family."""
+    check_auto_params(route, per_variant)
     name = dict(DEFAULT_ROUTE, **(route or {}))[case.family]
     if name not in list_variants():
         why = IMPORT_ERRORS.get(name, "not registered")
@@ -65,6 +68,22 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, tune:
     given = (("tune", tune), ("tuned_file", tuned_file), ("search_space", search_space))
     params.update({k: val for k, val in given if val is not None})
     return AutoPrepared(v, v.prepare(case, weights, **params), case, params)
+
+
+def check_auto_params(route, per_variant: dict) -> None:
+    """``route`` maps families to variant names; every other parameter is a variant's block (a mapping of its
+    parameters, which that variant checks when ``auto`` routes a case to it)."""
+    if route is not None and not isinstance(route, dict):
+        raise ParameterError(f"auto: route={route!r} must map a family ({', '.join(FAMILIES)}) to a variant name")
+    for fam, name in (route or {}).items():
+        if fam not in FAMILIES or not isinstance(name, str):
+            raise ParameterError(f"auto: route.{fam}={name!r}: route maps a family ({', '.join(FAMILIES)}) to a "
+                                 "variant name")
+    check_names("auto", per_variant, set(AUTO_PARAMS) | set(list_variants(kind="ours")))
+    for name, block in per_variant.items():
+        if block is not None and not isinstance(block, dict):
+            raise ParameterError(f"auto: {name}={block!r} must be a mapping of {name}'s parameters, e.g. "
+                                 f"variant.params.{name}.num_warps=4")
 
 
 def _rebind_auto(p: AutoPrepared, weights: Weights) -> AutoPrepared:

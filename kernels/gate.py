@@ -49,18 +49,29 @@ def _fail(reason: str) -> GateResult:
 
 def gate(out: torch.Tensor, ref: torch.Tensor, atol: float | None = None, rtol: float | None = None) -> GateResult:
     """Pass iff same shape and dtype, all finite, and every element has |d| <= atol OR |d| <= rtol*|ref|
-    (``atol``/``rtol`` default to ``default_gate_config()``)."""
+    (``atol``/``rtol`` default to ``default_gate_config()``). A reference with a NaN/Inf fails whatever the output
+    (the reason says the reference is broken); empty tensors of the same shape pass."""
     cfg = default_gate_config()
     atol = cfg.atol if atol is None else atol
     rtol = cfg.rtol if rtol is None else rtol
     if not isinstance(out, torch.Tensor):
         return _fail(f"output is {type(out).__name__}, not a tensor")
+    if not isinstance(ref, torch.Tensor):
+        return _fail(f"the reference is broken: {type(ref).__name__}, not a tensor")
     if out.shape != ref.shape:
         return _fail(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
         return _fail(f"dtype {out.dtype} != reference {ref.dtype}")
-    o = out.detach().to(ref.device, torch.float64)
     r = ref.detach().to(torch.float64)
+    bad_ref = ~torch.isfinite(r)
+    if bool(bad_ref.any()):  # no output can be judged against it: the reference (or its input) is broken
+        n = int(bad_ref.sum())
+        return GateResult(False, float("inf"), float("inf"), 1.0, torch.nonzero(bad_ref)[0].tolist(), float("inf"),
+                          f"the reference is broken: {n} non-finite reference elements (NaN/Inf); check the input "
+                          "scale and the reference, not the output")
+    if out.numel() == 0:  # nothing to compare (same shape and dtype as the reference): vacuously within tolerance
+        return GateResult(True, 0.0, 0.0, 0.0, None, 0.0)
+    o = out.detach().to(ref.device, torch.float64)
     finite = torch.isfinite(o)
     n_bad = int((~finite).sum())
     if n_bad:

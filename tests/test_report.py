@@ -64,23 +64,35 @@ def _write(path: Path, d: dict) -> None:
     path.write_text(json.dumps(d))
 
 
+GPUS = {"correctness": "mig", "timing": "h200", "ncu": "h100_96"}
+
+
+def _header(stage, case, variant, status, passed, reason):
+    """What every record has (``workflow/schemas.py``: the report refuses records without it)."""
+    return {"schema": f"mkh.{stage}/1", "stage": stage, "case": case, "variant": variant, "impl": variant,
+            "gpu": GPUS[stage], "tag": "", "params": {}, "status": status, "passed": passed, "reason": reason,
+            "env": {"git_commit": "abc1234", "gpu_name": "H200"}, "config": {}, "wall_s": 1.0}
+
+
 def _correctness(case, variant, status, passed):
     over = 0.3 if passed else 2.5
-    results = [{"scale": s, "seed": seed, "passed": passed or s != 0.001, "max_abs": 1e-4,
+    results = [{"scale": s, "seed": seed, "passed": passed or s != 0.001, "max_abs": 1e-4, "max_rel": 1e-3,
+                "frac_failing": 0.0 if passed or s != 0.001 else 0.1,
                 "max_over_tol": over if s == 0.001 else over / 10} for s in SCALES for seed in (0, 1)]
-    d = {"stage": "correctness", "case": case, "variant": variant, "status": status,
-         "passed": bool(passed and status == "ok"), "reason": "" if status == "ok" else f"{status} reason"}
+    d = _header("correctness", case, variant, status, bool(passed and status == "ok"),
+                "" if status == "ok" else f"{status} reason")
     if status == "ok":
-        d.update(results=results, worst={"scale": 0.001, "seed": 0, "max_abs": 1e-4, "max_over_tol": over})
+        d.update(results=results, worst={"scale": 0.001, "seed": 0, "max_abs": 1e-4, "max_over_tol": over},
+                 guards={"finite": True})
     return d
 
 
 def _timing(case, variant, status, ms):
-    d = {"stage": "timing", "case": case, "variant": variant, "status": status, "passed": status == "ok",
-         "reason": "" if status == "ok" else f"{status}: out of memory"}
+    d = _header("timing", case, variant, status, status == "ok", "" if status == "ok" else f"{status}: out of memory")
     if status == "ok":
-        d.update(median_ms=ms, p20_ms=ms * 0.98, p80_ms=ms * 1.02, anchor_ratio=ms / 3.0,
-                 tflops=1.0 / ms, gbps=100.0 / ms, passed_post_check=True, env={"gpu_name": "H200"})
+        d.update(median_ms=ms, p20_ms=ms * 0.98, p80_ms=ms * 1.02, anchor_ratio=ms / 3.0, n=3,
+                 times_ms=[ms * 0.98, ms, ms * 1.02], post_check={"passed": True},
+                 tflops=1.0 / ms, gbps=100.0 / ms, passed_post_check=True)
     return d
 
 
@@ -89,11 +101,12 @@ def write_results(root: Path) -> Path:
         _write(root / "correctness" / "mig" / c / f"{v}.json", _correctness(c, v, cs, passed))
         if ts is not None:
             _write(root / "timing" / "h200" / c / f"{v}.json", _timing(c, v, ts, ms))
-    _write(root / "ncu" / "h100_96" / "c1" / "auto.json", {
-        "status": "ok", "kernels": [{"name": "seqres_megakernel", "launches": 1, "duration_us": 2400.0,
-                                     "sm_throughput_pct": 71.0, "dram_throughput_pct": 12.0,
-                                     "achieved_occupancy_pct": 24.5, "registers": 168,
-                                     "shared_mem_bytes": 98304}]})
+    _write(root / "ncu" / "h100_96" / "c1" / "auto.json", dict(
+        _header("ncu", "c1", "auto", "ok", True, ""),
+        kernels=[{"name": "seqres_megakernel", "launches": 1, "duration_us": 2400.0,
+                  "sm_throughput_pct": 71.0, "dram_throughput_pct": 12.0,
+                  "achieved_occupancy_pct": 24.5, "registers": 168,
+                  "shared_mem_bytes": 98304}]))
     return root
 
 
@@ -191,7 +204,7 @@ def test_post_timing_check_failure_is_not_gated(tmp_path):
     results_root = write_results(tmp_path / "outputs")
     p = results_root / "timing" / "h200" / "c1" / "compile_reduce-overhead_fp32.json"
     d = json.loads(p.read_text())
-    d["passed_post_check"] = False
+    d["passed_post_check"] = d["passed"] = d["post_check"]["passed"] = False  # (the job's record says all three)
     p.write_text(json.dumps(d))
     res = R.load_results(results_root, "h200", "mig", None, CASES, VARIANTS)
     df = R.build_summary(res, INFO, CEILINGS)
@@ -227,3 +240,68 @@ def test_noisy_timing_and_timing_flags_are_noted(tmp_path):
     assert "timing flag: SM clock moved 300 MHz" in note
     assert _row(df, "c1", "auto")["usable"]
     assert _row(df, "c1", "eager")["note"] == ""  # a 4% spread is not noted
+
+
+# ---------------------------------------------------------------- invalid results are never counted (issue 32)
+
+
+@pytest.mark.parametrize("content", [
+    '{"status": "ok", "passed": true}',      # hand-written "pass"
+    "[]", '"x"',                              # not a record
+    None,                                     # truncated
+])
+def test_a_forged_or_broken_result_is_marked_invalid_and_never_counted(tmp_path, content):
+    """c4's auto correctness replaced: the headline does not count it, the report lists it as invalid."""
+    root = write_results(tmp_path / "outputs")
+    _write(root / "timing" / "h200" / "c4" / "auto.json", _timing("c4", "auto", "ok", 1.0))  # c4 would count
+    p = root / "correctness" / "mig" / "c4" / "auto.json"
+    p.write_text(content if content is not None else p.read_text()[:150])
+    res = R.load_results(root, "h200", "mig", None, CASES, VARIANTS, tag="")
+    df = R.build_summary(res, INFO, CEILINGS)
+    assert _row(df, "c4", "auto")["gate"] == "invalid" and not _row(df, "c4", "auto")["usable"]
+    h = R.headline(df, res)
+    assert "c4" not in h["cases"]["best_peer"] and h["cases"]["best_peer"] == ["c1", "c2"]
+    assert any(case == "c4" and "invalid" in why for _, case, why in h["exclusions"])
+    assert [(s, c, v) for s, c, v, _, _ in res.invalid] == [("correctness", "c4", "auto")]
+    out = tmp_path / "report"
+    R.write_report(out, res, INFO, CEILINGS, "h200", "mig")
+    assert "Invalid results, not counted (1)" in (out / "report.md").read_text()
+
+
+def test_a_self_contradicting_record_is_invalid(tmp_path):
+    """passed=true while a scale x seed check failed; a p20 above the median; another case's record copied in."""
+    root = write_results(tmp_path / "outputs")
+    c3 = root / "correctness" / "mig" / "c3" / "auto.json"
+    d = json.loads(c3.read_text())
+    d["passed"] = True                        # auto fails at scale 0.001 on c3
+    c3.write_text(json.dumps(d))
+    t1 = root / "timing" / "h200" / "c1" / "eager.json"
+    t1.write_text(json.dumps(dict(json.loads(t1.read_text()), p20_ms=11.0)))
+    (root / "timing" / "h200" / "c2" / "auto.json").write_text(
+        (root / "timing" / "h200" / "c1" / "auto.json").read_text())
+    res = R.load_results(root, "h200", "mig", None, CASES, VARIANTS)
+    why = {(s, c, v): r for s, c, v, _, r in res.invalid}
+    assert "passed=true while a scale x seed check failed" in why[("correctness", "c3", "auto")]
+    assert "p20 11.0 <= median 10.0" in why[("timing", "c1", "eager")]
+    assert "case 'c1' in the record, 'c2' in its path" in why[("timing", "c2", "auto")]
+
+
+def test_an_override_runs_result_never_counts_as_a_default_result(tmp_path):
+    """A result with another run's tag (e.g. an override run's written by hand with out= to a default path)."""
+    root = write_results(tmp_path / "outputs")
+    p = root / "timing" / "h200" / "c1" / "auto.json"
+    p.write_text(json.dumps(dict(json.loads(p.read_text()), tag="block_m-16-0123abcd")))
+    res = R.load_results(root, "h200", "mig", None, CASES, VARIANTS, tag="")
+    assert [(s, c, v) for s, c, v, _, _ in res.invalid] == [("timing", "c1", "auto")]
+    assert "written by a run with tag block_m-16-0123abcd" in res.invalid[0][4]
+    assert R.load_results(root, "h200", "mig", None, CASES, VARIANTS, tag=None).invalid == []  # (not checked)
+
+
+def test_the_cli_checks_the_tag_of_its_root(results_root, tmp_path):
+    """By hand, the tag comes from the root (outputs/tag/<tag> -> <tag>, else the default results)."""
+    args = [sys.executable, "-m", "workflow.report", "--root", str(results_root), "--gpu", "h200",
+            "--correctness-gpu", "mig", "--cases", "c1", "--variants", "auto", "--variant-info", json.dumps(INFO),
+            "--ceilings", json.dumps(CEILINGS), "--out-dir", str(tmp_path / "r"), "--strict"]
+    assert subprocess.run(args, cwd=REPO, capture_output=True, text=True).returncode == 0
+    p = subprocess.run(args + ["--tag", "other"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 1 and "invalid correctness result for c1 x auto" in p.stderr

@@ -222,6 +222,61 @@ def test_override_run_is_tagged_and_never_touches_default_results(repo):
     assert "outputs/tag/mytry/timing/cpu/smoke1/eager.json" in named
 
 
+def _job_tag_of(cmd: str):
+    """The tag the job entry derives for a job command of a dry run (workflow.run.job_tag), by hand."""
+    from hydra import compose, initialize_config_dir
+    from workflow.run import job_tag
+    args = shlex.split(cmd.split(" > ")[0])
+    args = args[args.index("workflow.run") + 1:]
+    with initialize_config_dir(config_dir=str(REPO / "config"), version_base="1.3"):
+        cfg = compose("config", overrides=[a for a in args if not a.startswith(("tag=", "out="))])
+    return job_tag(cfg, args)
+
+
+def test_snakemake_and_a_job_by_hand_derive_the_same_tag(repo):
+    """One rule (workflow/tags.py) on both sides: the matrix's own job_overrides (named by +matrix=) and the tuned
+    file are not tagged, the user's overrides are, to the same tag."""
+    _, text = dry(repo, "--config", "matrix=smoke")
+    cmds = [ln.strip() for ln in text.splitlines() if "-m workflow.run" in ln and "variant=auto" in ln]
+    assert cmds and all("+matrix=smoke" in c and "timing.reps=3" in c for c in cmds)
+    assert all(_job_tag_of(c) == ("", []) for c in cmds)
+    ov = '["timing.reps=7"]'
+    _, text = dry(repo, "--config", "matrix=smoke", f"overrides={ov}")
+    tag = re.search(r"outputs/tag/([^/]+)/timing/cpu/smoke1/eager\.json", text).group(1)
+    cmd = next(ln for ln in text.splitlines() if "-m workflow.run" in ln and "variant=auto" in ln)
+    assert _job_tag_of(cmd) == (tag, ["timing.reps=7"])
+
+
+def test_bool_config_keys_are_true_or_false(repo):
+    p = smk(repo, "-n", "--config", "ncu=maybe", check=False)
+    assert p.returncode != 0 and "config ncu='maybe': expected true or false" in p.stdout + p.stderr
+
+
+def test_an_invalid_result_is_moved_aside_and_regenerated(tmp_path):
+    """Forged, truncated, not-a-record and another run's results (the report never counts them) are moved aside
+    to <file>.invalid when the workflow is read, so the run makes them again; a valid result stays."""
+    from workflow.stages.common import write_json_atomic
+    repo = copy_repo(tmp_path / "repo")
+    res = repo / "outputs" / "correctness" / "cpu" / "smoke1"
+    res.mkdir(parents=True)
+    (res / "eager.json").write_text('{"status": "ok", "passed": true}')
+    (res / "nn.json").write_text("[]")
+    good = json.loads((REPO / "docs/results/h200/raw/correctness/h200/case05/eager.json").read_text())
+    good.update(gpu="cpu", case="smoke1", variant="eager_sdpa", impl="eager_sdpa")
+    good["config"]["gate"] = {}
+    write_json_atomic(res / "eager_sdpa.json", good)
+    (res / "compile_default_fp32.json").write_text(json.dumps(dict(good, variant="compile_default_fp32"))[:200])
+    write_json_atomic(res / "auto.json", dict(good, variant="auto", tag="reps-7-abcdef12"))
+    p = smk(repo, "-n", "--config", "matrix=smoke", "cases=[smoke1]")
+    text = p.stdout + p.stderr
+    for v in ("eager", "nn", "compile_default_fp32", "auto"):
+        assert f"outputs/correctness/cpu/smoke1/{v}.json is invalid" in text
+        assert (res / f"{v}.json.invalid").exists() and not (res / f"{v}.json").exists()
+    assert "moved aside" in text and "not this run's" in text
+    assert (res / "eager_sdpa.json").exists()
+    assert job_counts(text)["correctness"] == 4        # the four invalid ones, not the valid eager_sdpa
+
+
 def test_bad_override_fails_before_any_job_with_hydras_message(repo):
     p = smk(repo, "--config", "matrix=smoke", 'overrides=["variant.params.no_such_knob=4"]', "--cores", "1",
             check=False)
@@ -241,7 +296,7 @@ def test_shell_metacharacters_are_rejected_or_passed_literally(repo, tmp_path):
     assert p.returncode != 0 and not marker.exists()
     # a quoted value with ; and $(...) reaches the job literally: shlex-quoted in the command, recorded as data
     value = f"x; touch {marker}; $(touch {marker})"
-    ov = f"+variant.params.note='{value}'"
+    ov = f"+note='{value}'"  # a free-form key of the job config (peers refuse unknown variant parameters)
     target_re = r"outputs/tag/([^/]+)/correctness/cpu/smoke1/eager\.json"
     _, text = dry(repo, "--config", "matrix=smoke", f"overrides={json.dumps([ov])}")
     target = re.search(target_re, text).group(0)
@@ -250,7 +305,7 @@ def test_shell_metacharacters_are_rejected_or_passed_literally(repo, tmp_path):
     assert ov in shlex.split(cmd)
     smk(repo, target, "--cores", "1", "--config", "matrix=smoke", f"overrides={json.dumps([ov])}")
     rec = json.loads((repo / target).read_text())
-    assert rec["params"]["note"] == value and rec["status"] == "ok"
+    assert rec["config"]["note"] == value and rec["status"] == "ok"
     assert not marker.exists()
 
 
@@ -342,6 +397,29 @@ def test_smoke_matrix_end_to_end_from_a_clean_copy(tmp_path):
     # Snakemake's own report, with the captions of workflow/report/
     smk(repo, "--report", "snakemake-report.zip")
     assert (repo / "snakemake-report.zip").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_run_with_a_failing_job_still_writes_the_report(tmp_path):
+    """keep-going runs every other job; the report of what exists is built anyway (onerror), with the failed jobs
+    listed and the error from their logs; the failed job leaves no result (Snakemake retries it next time)."""
+    repo = copy_repo(tmp_path / "repo")
+    (repo / "config" / "variant" / "broken.yaml").write_text("name: broken\nimpl: eager\nparams:\n  bogus: 1\n")
+    p = smk(repo, "--cores", "2", "--config", "cases=[smoke1]", "variants=[eager,broken]", check=False)
+    text = p.stdout + p.stderr
+    assert p.returncode != 0 and "some jobs failed; the report of the results that exist is in" in text
+    out = repo / "outputs" / "report" / "cpu"
+    df = pd.read_csv(out / "summary.csv")
+    assert dict(zip(df["variant"], df["gate"])) == {"eager": "pass", "broken": "missing"}
+    md = (out / "report.md").read_text()
+    assert "Missing results (2)" in md and "job failed: error: eager: unknown parameters ['bogus']" in md
+    assert not (repo / "outputs" / "correctness" / "cpu" / "smoke1" / "broken.json").exists()
+    # a forged result in its place is not taken: moved aside, the job runs again
+    target = repo / "outputs" / "correctness" / "cpu" / "smoke1" / "eager.json"
+    target.write_text('{"status": "ok", "passed": true}')
+    smk(repo, "--cores", "1", "outputs/correctness/cpu/smoke1/eager.json", "--config", "cases=[smoke1]",
+        "variants=[eager]")
+    assert json.loads(target.read_text())["results"] and target.with_name("eager.json.invalid").exists()
 
 
 def test_ncu_job_with_a_stand_in_ncu(tmp_path, monkeypatch):

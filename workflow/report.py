@@ -29,7 +29,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,15 +51,35 @@ REPORT_FILES = ("summary.csv", "report.md", "report.html", "speedup_bars.png", "
 # ---------------------------------------------------------------- loading
 
 
-def load_json(path: Path) -> dict | None:
+def load_json(path: Path, stage: str | None = None, **expect) -> dict | None:
+    """The result record at ``path``, validated against its stage's schema (``workflow/schemas.py``; ``stage``
+    default: the path's stage folder) and against where it lies (``expect``: gpu, case, variant, tag). None when
+    absent; an invalid file (unreadable, truncated, not a record, failing its schema, another run's) becomes a
+    marker ``{"status": "invalid", "passed": False, "reason": ...}``: listed, never counted."""
+    from .schemas import InvalidResult, check_file
+    path = Path(path)
+    stage = stage or path.parents[2].name
     try:
-        with open(path) as f:
-            return json.load(f)
+        return check_file(path, stage, **expect)
     except FileNotFoundError:
         return None
-    except (json.JSONDecodeError, OSError) as e:
-        warnings.warn(f"unreadable result {path}: {e}")
-        return {"status": "error", "passed": False, "reason": f"unreadable result file: {e}"}
+    except InvalidResult as e:
+        return {"status": "invalid", "passed": False, "reason": f"invalid result file ({path.name}): {e}",
+                "invalid": True}
+
+
+def job_log_error(root, stage: str, gpu: str, case: str, variant: str) -> str:
+    """Why a job left no result, from its log (``<root>/logs/<stage>/<gpu>/<case>/<variant>.log``, where the
+    workflow writes it): its last ``error:`` / ``...Error:`` line, else its last line; "" without a log."""
+    log = Path(root) / "logs" / stage / gpu / case / f"{variant}.log"
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    errs = [ln for ln in lines if ln.startswith("error:") or "Error:" in ln or "Error " in ln]
+    return f"job failed: {(errs or lines)[-1][:240]} (log {log})"
 
 
 def discover(root: Path, stage: str, gpu: str) -> tuple[list[str], list[str]]:
@@ -110,10 +129,14 @@ class Results:
     timing: dict = field(default_factory=dict)
     ncu: dict = field(default_factory=dict)
     missing: list = field(default_factory=list)   # (stage, case, variant, path)
+    invalid: list = field(default_factory=list)   # (stage, case, variant, path, reason): not counted
+    why_missing: dict = field(default_factory=dict)  # (stage, case, variant) -> the failed job's error (its log)
 
 
 def load_results(root, gpu: str, correctness_gpu: str, ncu_gpu: str | None = None,
-                 cases: list[str] | None = None, variants: list[str] | None = None) -> Results:
+                 cases: list[str] | None = None, variants: list[str] | None = None, tag: str | None = None) -> Results:
+    """Every result of ``cases`` x ``variants``, validated (``load_json``); ``tag``: the run's tag ("" for the
+    default results), a record of another tag is invalid (None: not checked)."""
     root = Path(root)
     if not cases or not variants:
         c1, v1 = discover(root, "timing", gpu)
@@ -123,17 +146,20 @@ def load_results(root, gpu: str, correctness_gpu: str, ncu_gpu: str | None = Non
     res = Results(list(cases), list(variants))
     for c in cases:
         for v in variants:
-            for stage, g, store in (("correctness", correctness_gpu, res.correctness), ("timing", gpu, res.timing)):
+            for stage, g, store in (("correctness", correctness_gpu, res.correctness), ("timing", gpu, res.timing),
+                                    ("ncu", ncu_gpu, res.ncu)):
+                if g is None:
+                    continue
                 p = root / stage / g / c / f"{v}.json"
-                d = load_json(p)
+                d = load_json(p, stage, gpu=g, case=c, variant=v, tag=tag)
                 if d is None:
-                    res.missing.append((stage, c, v, str(p)))
-                else:
-                    store[(c, v)] = d
-            if ncu_gpu:
-                d = load_json(root / "ncu" / ncu_gpu / c / f"{v}.json")
-                if d is not None:
-                    res.ncu[(c, v)] = d
+                    if stage != "ncu":
+                        res.missing.append((stage, c, v, str(p)))
+                        res.why_missing[(stage, c, v)] = job_log_error(root, stage, g, c, v)
+                    continue
+                if d.get("invalid"):
+                    res.invalid.append((stage, c, v, str(p), d["reason"]))
+                store[(c, v)] = d
     return res
 
 
@@ -200,7 +226,8 @@ def build_summary(res: Results, info: dict[str, dict], ceilings: dict) -> pd.Dat
             reasons = []
             for stage, d in (("correctness", cd), ("timing", td)):
                 if d is None:
-                    reasons.append(f"missing {stage} result")
+                    why = res.why_missing.get((stage, c, v))
+                    reasons.append(f"missing {stage} result" + (f" ({why})" if why else ""))
                 elif _status(d) != "ok":
                     reasons.append(f"{stage} {_status(d)}: {str(d.get('reason', ''))[:160]}")
             gate_only = (cd or {}).get("gate_passed", None)
@@ -327,7 +354,9 @@ def headline(df: pd.DataFrame, res: Results, variant: str = HEADLINE_VARIANT) ->
                 why = f"gate failed ({variant} worst at scale {r.worst_scale} seed {r.worst_seed}, " \
                       f"{_fmt(r.worst_over_tol)} x tolerance)"
             elif r.gate == "missing" or r.timing_status == "missing":
-                why = f"missing result ({variant} " + ("correctness" if r.gate == "missing" else "timing") + ")"
+                stage = "correctness" if r.gate == "missing" else "timing"
+                failed = res.why_missing.get((stage, r.case, variant))
+                why = f"missing result ({variant} {stage})" + (f": {failed}" if failed else "")
             elif r.gate != "pass":
                 why = f"{variant} correctness {r.gate}: {r.note}"
             else:
@@ -558,8 +587,11 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for stage, c, v, p in res.missing:
-        print(f"report: warning: missing {stage} result for {c} x {v} ({p}); the case is excluded "
-              "where it is needed", file=sys.stderr)
+        why = res.why_missing.get((stage, c, v))
+        print(f"report: warning: missing {stage} result for {c} x {v} ({p}){'; ' + why if why else ''}; the case "
+              "is excluded where it is needed", file=sys.stderr)
+    for stage, c, v, p, why in res.invalid:
+        print(f"report: warning: invalid {stage} result for {c} x {v}, not counted: {why}", file=sys.stderr)
     df = build_summary(res, info, ceilings)
     h = headline(df, res)
     df.to_csv(out / "summary.csv", index=False)
@@ -576,10 +608,13 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
             plt.close(fig)
     excl = pd.DataFrame(h["exclusions"], columns=["comparison", "case", "reason"])
     missing = pd.DataFrame(res.missing, columns=["stage", "case", "variant", "path"])
+    missing["why"] = [res.why_missing.get((st, c, v)) or "" for st, c, v, _ in res.missing]
+    invalid = pd.DataFrame(res.invalid, columns=["stage", "case", "variant", "path", "reason"])
     nt = ncu_table(res)
-    commits = sorted({(d.get("env") or {}).get("git_commit", "?") for d in list(res.timing.values())
-                      + list(res.correctness.values())})
-    gpus = sorted({str((d.get("env") or {}).get("gpu_name") or "no GPU") for d in res.timing.values()})
+    valid = [d for d in list(res.timing.values()) + list(res.correctness.values()) if not d.get("invalid")]
+    commits = sorted({(d.get("env") or {}).get("git_commit", "?") for d in valid})
+    gpus = sorted({str((d.get("env") or {}).get("gpu_name") or "no GPU") for d in res.timing.values()
+                   if not d.get("invalid")})
     meta = [f"timing GPU type `{gpu}` ({', '.join(gpus) or 'no results'}), gate verdicts from `{correctness_gpu}`"
             + (f", Nsight Compute from `{ncu_gpu}`" if ncu_gpu else ""),
             f"{len(res.cases)} cases x {len(res.variants)} variants; commits: {', '.join(commits) or '-'}; "
@@ -592,6 +627,10 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
            md_table(headline_table(h)), "### Excluded cases", "", md_table(excl)]
     if len(missing):
         md += [f"### Missing results ({len(missing)})", "", md_table(missing)]
+    if len(invalid):
+        md += [f"### Invalid results, not counted ({len(invalid)})", "",
+               "Each fails its schema (`workflow/schemas.py`) or is not this run's; the workflow moves it aside "
+               "(`<file>.invalid`) and regenerates it.", "", md_table(invalid)]
     md += ["## Per case x variant", "", md_table(df, SUMMARY_VIEW) if len(df) else "_(none)_\n",
            "`worst_over_tol` is the gate's worst error over its tolerance (7 scales x seeds); `margin_over_tol` the "
            "worst over the margin check's unseen inputs and weight seeds (SPEC §4: at most 0.9; `-` where it did not "
@@ -604,11 +643,11 @@ def write_report(out_dir, res: Results, info: dict, ceilings: dict, gpu: str, co
     md += ["## Nsight Compute (per kernel, longest first)", "",
            md_table(nt) if len(nt) else "_(no ncu results in this run)_\n"]
     (out / "report.md").write_text("\n".join(md))
-    (out / "report.html").write_text(_html(gpu, title, meta, h, excl, missing, df, nt))
-    return {"summary": df, "headline": h, "missing": res.missing}
+    (out / "report.html").write_text(_html(gpu, title, meta, h, excl, missing, df, nt, invalid))
+    return {"summary": df, "headline": h, "missing": res.missing, "invalid": res.invalid}
 
 
-def _html(gpu, title, meta, h, excl, missing, df, nt) -> str:
+def _html(gpu, title, meta, h, excl, missing, df, nt, invalid=None) -> str:
     def table(d, cols=None):
         if d is None or not len(d):
             return "<p><em>(none)</em></p>"
@@ -625,6 +664,8 @@ def _html(gpu, title, meta, h, excl, missing, df, nt) -> str:
              table(headline_table(h)), "<h3>Excluded cases</h3>", table(excl)]
     if len(missing):
         parts += [f"<h3>Missing results ({len(missing)})</h3>", table(missing)]
+    if invalid is not None and len(invalid):
+        parts += [f"<h3>Invalid results, not counted ({len(invalid)})</h3>", table(invalid)]
     parts += ["<h2>Per case x variant</h2>", table(df, SUMMARY_VIEW) if len(df) else "",
               "<h2>Figures</h2>"] + [f"<p><img src='{f}' alt='{f}'></p>" for f in REPORT_FILES if f.endswith(".png")]
     parts += ["<h2>Nsight Compute</h2>", table(nt) if len(nt) else "<p><em>(no ncu results)</em></p>",
@@ -645,10 +686,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", help="default <root>/report/<gpu>")
     ap.add_argument("--title", default="")
     ap.add_argument("--overrides", nargs="*", default=[])
-    ap.add_argument("--strict", action="store_true", help="exit 1 when an expected result is missing")
+    ap.add_argument("--tag", help="the run's tag: a result of another tag is invalid (default: <tag> for a root "
+                    "outputs/tag/<tag>, else none: the default results)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when an expected result is missing or invalid")
     a = ap.parse_args(argv)
     cgpu = a.correctness_gpu or a.gpu
-    res = load_results(a.root, a.gpu, cgpu, a.ncu_gpu, a.cases, a.variants)
+    root = Path(a.root)
+    tag = a.tag if a.tag is not None else (root.name if root.parent.name == "tag" else "")
+    res = load_results(root, a.gpu, cgpu, a.ncu_gpu, a.cases, a.variants, tag=tag)
     info = json.loads(a.variant_info) if a.variant_info else {}
     unknown = [v for v in res.variants if v not in info]
     if unknown:
@@ -659,9 +704,9 @@ def main(argv=None) -> int:
     h = r["headline"]
     print(f"report: {out}: " + ", ".join(f"{h['variant']} vs {c} {_fmt(h['geomean'][c])}x over "
                                          f"{h['n_cases'][c]} cases" for c in COMPARISONS), file=sys.stderr)
-    if r["missing"]:
-        print(f"report: error: {len(r['missing'])} expected result(s) missing (listed in report.md)",
-              file=sys.stderr)
+    if r["missing"] or r["invalid"]:
+        print(f"report: error: {len(r['missing'])} expected result(s) missing, {len(r['invalid'])} invalid "
+              "(listed in report.md)", file=sys.stderr)
         return 1 if a.strict else 0
     return 0
 

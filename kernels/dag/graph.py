@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..cases import Case
+from ..validate import ParameterError
 
 KINDS = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2", "lnf")
 LN1, QKV, ATTN, OPROJ, LN2, FFN1, FFN2, LNF = range(len(KINDS))
@@ -129,7 +130,7 @@ class Graph:
         return max(finish, default=0.0)
 
 
-class TilingError(ValueError):
+class TilingError(ParameterError):
     """The case's shape cannot be cut with these tile sizes; the message names the parameter to change."""
 
 

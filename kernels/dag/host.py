@@ -15,6 +15,7 @@ from ..common.split import split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..registry import Unsupported
+from ..validate import ParameterError, check_input, check_names, check_weights
 from ..weights import Weights
 from . import graph as G
 from .kernel import TASK_HEADER, _dag_fwd
@@ -51,29 +52,27 @@ def parse_value(v: str):
 
 
 def check_params(params: dict) -> dict:
-    """``DEFAULTS`` updated with ``params``; unknown names and ill-typed values raise ``ValueError`` naming the
+    """``DEFAULTS`` updated with ``params``; unknown names and ill-typed values raise ``ParameterError`` naming the
     parameter and what it accepts."""
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"dag: unknown parameters {unknown}; valid: {sorted(DEFAULTS)}")
+    check_names("dag", params, DEFAULTS)
     o = dict(DEFAULTS, **params)
     for k in INTS:
         if not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 0:
-            raise ValueError(f"dag: {k}={o[k]!r} must be a non-negative integer (config/variant/dag.yaml)")
+            raise ParameterError(f"dag: {k}={o[k]!r} must be a non-negative integer (config/variant/dag.yaml)")
     for k in ("split_k_o", "split_k_ffn2"):
         if o[k] != "auto" and (not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 1):
-            raise ValueError(f"dag: {k}={o[k]!r} must be an integer >= 1 or auto")
+            raise ParameterError(f"dag: {k}={o[k]!r} must be an integer >= 1 or auto")
     for k, allowed in CHOICES.items():
         if o[k] not in allowed:
-            raise ValueError(f"dag: {k}={o[k]!r}: one of {allowed}")
+            raise ParameterError(f"dag: {k}={o[k]!r}: one of {allowed}")
     if o["num_warps"] not in (4, 8):
-        raise ValueError(f"dag: num_warps={o['num_warps']}: 4 or 8 (the GEMM tiles are one or two warpgroups)")
+        raise ParameterError(f"dag: num_warps={o['num_warps']}: 4 or 8 (the GEMM tiles are one or two warpgroups)")
     if not 1 <= o["num_stages"] <= 5:
-        raise ValueError(f"dag: num_stages={o['num_stages']}: 1 to 5")
+        raise ParameterError(f"dag: num_stages={o['num_stages']}: 1 to 5")
     if o["ctas_per_sm"] not in (1, 2):
-        raise ValueError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1 or 2")
+        raise ParameterError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1 or 2")
     if o["spin_limit"] < 1:
-        raise ValueError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
+        raise ParameterError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
     return o
 
 
@@ -319,6 +318,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     """Build the task graph and everything the launch needs (parameters: ``DEFAULTS``,
     ``config/variant/dag.yaml``). On CUDA it compiles the kernel and checks that the grid is co-resident."""
     o = check_params(params)
+    check_weights("dag", case, weights)
     dev = weights.device
     gpu = dev.type == "cuda" and not interpreting()
     if dev.type == "cuda" and interpreting():
@@ -327,7 +327,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     slots = n_sm * o["ctas_per_sm"]
     grid = o["grid"] or slots
     if o["grid"] > slots:
-        raise ValueError(f"dag: grid={o['grid']} exceeds {n_sm} SMs x ctas_per_sm={o['ctas_per_sm']} = {slots} "
+        raise ParameterError(f"dag: grid={o['grid']} exceeds {n_sm} SMs x ctas_per_sm={o['ctas_per_sm']} = {slots} "
                          "co-resident programs; lower grid or raise ctas_per_sm")
     t = tiling_for(case, o, grid)
     check_envelope(case, t)
@@ -400,17 +400,7 @@ def _raise_timeout(p: DagPrepared, bad: int, task: int):
 
 
 def validate_input(p: DagPrepared, x) -> None:
-    c = p.case
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"dag: x must be a torch.Tensor, got {type(x).__name__}")
-    if tuple(x.shape) != (c.B, c.S, c.D):
-        raise ValueError(f"dag: x has shape {tuple(x.shape)}; {c.name} needs (B, S, D) = {(c.B, c.S, c.D)}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"dag: x has dtype {x.dtype}; the model takes torch.float32 (x.float())")
-    if x.device != p.ctr.device:
-        raise ValueError(f"dag: x is on {x.device}, the prepared model on {p.ctr.device} (x.to(...))")
-    if not x.is_contiguous():
-        raise ValueError("dag: x must be contiguous (x.contiguous())")
+    check_input("dag", p.case, x, p.ctr.device)
 
 
 def run(p: DagPrepared, x: torch.Tensor) -> torch.Tensor:

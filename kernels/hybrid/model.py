@@ -27,6 +27,8 @@ from .. import tuning
 from ..cases import Case, config_dir
 from ..reference import LN_EPS, fp32_matmul
 from ..registry import Unsupported
+from ..validate import (ParameterError, check_input, check_names, check_params, check_value, check_weights, integer,
+                        number, one_of, text)
 from ..weights import Weights
 from .act_split import act_split
 from .attention import PRECISIONS, attention
@@ -66,33 +68,46 @@ class Prepared:
 
 
 def _gemm_per_op(gemm) -> dict[str, str]:
+    if not isinstance(gemm, (str, dict)) or (isinstance(gemm, dict) and set(gemm) - set(OPS)):
+        raise ParameterError(f"hybrid: gemm={gemm!r}: one scheme ({', '.join(SCHEMES)}) or a mapping of "
+                             f"{', '.join(OPS)} to schemes")
     g = {op: gemm for op in OPS} if isinstance(gemm, str) else {op: gemm.get(op, "bf16x3") for op in OPS}
     for op, s in g.items():
         if s not in SCHEMES:
-            raise ValueError(f"gemm scheme {s!r} for {op}: valid {', '.join(SCHEMES)}")
+            raise ParameterError(f"hybrid: gemm scheme {s!r} for {op}: valid {', '.join(SCHEMES)}")
     return g
+
+
+def _layer_of(key, L: int) -> int:
+    """The layer an ``overrides`` key names: an index in [-L, L-1] (negative from the end) or "last"."""
+    k = str(key)
+    if k == "last":
+        return L - 1
+    if k.lstrip("-").isdigit() and -L <= int(k) < L:
+        return int(k) % L
+    raise ParameterError(f"hybrid: overrides key {key!r} is not a layer of this case (L={L}): an index in "
+                         f"[{-L}, {L - 1}] (negative from the end) or 'last'")
 
 
 def layer_settings(L: int, base: dict, overrides: dict | None) -> list[dict]:
     """Per-layer settings: ``base`` updated by ``overrides[key]`` where key is the layer index (int or
     its string; negative counts from the end) or "last"."""
+    if not isinstance(overrides or {}, dict):
+        raise ParameterError(f"hybrid: overrides={overrides!r}: a mapping of layer index -> settings")
+    layer = {key: _layer_of(key, L) for key in (overrides or {})}
     out = []
     for l in range(L):
         s = dict(base)
         for key, ov in (overrides or {}).items():
-            k = str(key)
-            hit = (k == "last" and l == L - 1) or (k.lstrip("-").isdigit() and int(k) % L == l)
-            if hit:
-                bad = set(ov) - set(LAYER_KEYS)
+            if layer[key] == l:
+                bad = set(ov) - set(LAYER_KEYS) if isinstance(ov, dict) else {"(not a mapping)"}
                 if bad:
-                    raise ValueError(f"override {key}: unknown keys {sorted(bad)}; valid {LAYER_KEYS}")
+                    raise ParameterError(f"hybrid: override {key}: unknown keys {sorted(bad)}; valid {LAYER_KEYS}")
                 s.update(ov)
         s["gemm"] = _gemm_per_op(s["gemm"])
-        if s["attention"] not in ATTENTION:
-            raise ValueError(f"attention {s['attention']!r}: valid {', '.join(ATTENTION)}")
+        check_value("hybrid", "attention", s["attention"], SPEC["attention"])
         for k in ("qk_prec", "pv_prec"):
-            if s[k] not in PRECISIONS:
-                raise ValueError(f"{k}={s[k]!r}: valid {', '.join(PRECISIONS)}")
+            check_value("hybrid", k, s[k], SPEC[k])
         out.append(s)
     return out
 
@@ -106,7 +121,7 @@ def per_head_dim(value, dh: int) -> int:
         return int(m[str(dh)])
     if "default" in m:
         return int(m["default"])
-    raise ValueError(f"no entry for head dim {dh} (nor 'default') in {value}")
+    raise ParameterError(f"hybrid: no entry for head dim {dh} (nor 'default') in {value}")
 
 
 def _yaml_defaults() -> dict:
@@ -117,6 +132,30 @@ def _yaml_defaults() -> dict:
 
 
 DEFAULTS = _yaml_defaults()
+# what each parameter may take (gemm, overrides: layer_settings; the attention tiles may also be per head dim)
+SPEC = {
+    "attention": one_of(*ATTENTION), "qk_prec": one_of(*PRECISIONS), "pv_prec": one_of(*PRECISIONS),
+    "attn_block_m": integer(16, pow2=True), "attn_block_n": integer(16, pow2=True),
+    "attn_warps": integer(1, 16, pow2=True), "attn_stages": integer(1, 8),
+    "qkv_block_s": integer(1, pow2=True, also=(None,)), "act_block_n": integer(16, pow2=True),
+    "ln_warps": integer(1, 32, pow2=True, also=(None,)), "cuda_graph": one_of(True, False, "auto"),
+    "graph_max_elements": integer(0), "tune": one_of(*tuning.TUNE_MODES), "tuned_file": text(also=(None,)),
+    "search_space": text(also=(None,)), "tune_margin": number(0, 1),
+}
+PER_HEAD_DIM = ("attn_block_m", "attn_block_n", "attn_warps", "attn_stages")
+
+
+def check_hybrid_params(params: dict) -> None:
+    """Names and values up front (``ParameterError``); an attention tile parameter may map head dims (or
+    "default") to values, each checked."""
+    check_names("hybrid", params, DEFAULTS)
+    check_params("hybrid", {k: v for k, v in params.items() if not (k in PER_HEAD_DIM and isinstance(v, dict))},
+                 SPEC, known=DEFAULTS)
+    for k in PER_HEAD_DIM:
+        for dh, v in (params[k].items() if isinstance(params.get(k), dict) else ()):
+            if not (str(dh) == "default" or str(dh).isdigit()):
+                raise ParameterError(f"hybrid: {k} key {dh!r}: a head dim (e.g. 64) or 'default'")
+            check_value("hybrid", f"{k}.{dh}", v, SPEC[k])
 
 
 def prepare(case: Case, weights: Weights, **params) -> Prepared:
@@ -124,10 +163,13 @@ def prepare(case: Case, weights: Weights, **params) -> Prepared:
     ``cuda_graph`` says so) the forward captured in a CUDA graph. ``tune`` (``kernels/tuning.py``):
     ``committed`` reads this GPU's tuned file for the case, ``search`` times ``config/search/hybrid.yaml``'s
     candidates and keeps the fastest, ``off`` runs the parameters as given."""
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        raise TypeError(f"hybrid: unknown parameters {unknown}; valid: {sorted(DEFAULTS)}")
-    return tuning.prepare("hybrid", case, weights, dict(DEFAULTS, **params), DEFAULTS, prepare_one, run,
+    check_hybrid_params(params)
+    check_weights("hybrid", case, weights)
+
+    def checked(case, weights, **full):  # the tuned file's values are checked too
+        check_hybrid_params(full)
+        return prepare_one(case, weights, **full)
+    return tuning.prepare("hybrid", case, weights, dict(DEFAULTS, **params), DEFAULTS, checked, run,
                           search_on=weights.device.type == "cuda")[0]
 
 
@@ -142,7 +184,7 @@ def use_graph(case: Case, cuda_graph, graph_max_elements: int) -> bool:
     if cuda_graph == "auto":
         return case.B * case.S * case.D <= int(graph_max_elements)
     if not isinstance(cuda_graph, bool):
-        raise ValueError(f"hybrid: cuda_graph={cuda_graph!r}: valid true, false, auto")
+        raise ParameterError(f"hybrid: cuda_graph={cuda_graph!r}: valid true, false, auto")
     return cuda_graph
 
 
@@ -156,6 +198,7 @@ def prepare_one(case: Case, weights: Weights, gemm="bf16x3", attention="triton",
                  attn_block_m=attn_block_m, attn_block_n=attn_block_n, attn_warps=attn_warps,
                  attn_stages=attn_stages, qkv_block_s=qkv_block_s, act_block_n=act_block_n, ln_warps=ln_warps,
                  cuda_graph=cuda_graph, graph_max_elements=graph_max_elements)
+    check_weights("hybrid", case, weights)
     dev = weights.device
     if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise Unsupported("hybrid on the CPU needs the Triton interpreter (TRITON_INTERPRET=1)")
@@ -231,9 +274,7 @@ def run(p: Prepared, x: torch.Tensor) -> torch.Tensor:
     """x: [B, S, D] fp32 -> y: [B, S, D] fp32 (fresh tensor; x is never written). With a captured graph: x is
     copied into the graph's input buffer, the graph replayed, and its output copied out (two copies of B*S*D
     floats: the price of a graph that owns its buffers)."""
-    c = p.case
-    assert x.shape == (c.B, c.S, c.D) and x.dtype == torch.float32, \
-        f"x {tuple(x.shape)} {x.dtype} does not match case {c.name} ({c.B}, {c.S}, {c.D}) fp32"
+    check_input("hybrid", p.case, x, p.lnf[0].device)
     if p.graph is not None:
         g, sx, sy, _ = p.graph
         sx.copy_(x)

@@ -19,6 +19,7 @@ from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..cases import Case, config_dir
 from ..registry import Unsupported
+from ..validate import ParameterError, check_input, check_params, check_weights, integer, number, one_of, text
 from ..weights import Weights
 from .megakernel import BARRIERS_PER_LAYER, _seqres_fwd
 
@@ -146,7 +147,7 @@ def _barrier_mode(name: str, interpret: bool) -> int:
     7 the counter published and polled by thread 0 alone (``tl_helpers.counter_t0``); the interpreter has no inline
     PTX, so it polls with atomics (2 -> 1, 3 and 7 -> 4)."""
     if name not in _BARRIERS:
-        raise ValueError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
+        raise ParameterError(f"seqres: barrier={name!r} not in {sorted(_BARRIERS)}")
     mode = _BARRIERS[name]
     if interpret:
         mode = {2: 1, 3: 4, 7: 4}[mode]
@@ -164,17 +165,23 @@ CHOICES = {
 }
 
 
+# what each numeric parameter may take (tile edges are powers of two: Triton's are)
+NUMBERS = {
+    "num_warps": integer(1, 16, pow2=True), "num_stages": integer(1, 8), "attn_stages": integer(0, 8),
+    **{k: integer(16, pow2=True) for k in ("block_m", "block_k", "block_q", "block_kv", "block_h", "block_n2")},
+    "block_n": integer(16, pow2=True, also=("auto",)), "block_n_wide": integer(16, pow2=True, also=(0, "auto")),
+    "block_m_ln": integer(1, pow2=True), "seqs_per_program": integer(0), "split": integer(0), "max_split": integer(1),
+    "ctas_per_sm": integer(1, 32), "spin_limit": integer(0), "maxnreg": integer(0, 255), "attn_pack": integer(1),
+    "max_seq": integer(1), "max_d": integer(1), "scratch_limit_gib": number(0), "tune_margin": number(0, 1),
+    "tune": one_of(*tuning.TUNE_MODES), "tuned_file": text(also=(None,)), "search_space": text(also=(None,)),
+}
+SPEC = {**{k: one_of(*v) for k, v in CHOICES.items()}, **NUMBERS}
+
+
 def _options(params: dict) -> dict:
-    """``DEFAULTS`` updated with ``params``, every name known and every choice allowed (else TypeError/ValueError)."""
-    unknown = set(params) - set(DEFAULTS)
-    if unknown:
-        raise TypeError(f"seqres: unknown parameters {sorted(unknown)}; valid: {sorted(DEFAULTS)}")
+    """``DEFAULTS`` updated with ``params``, every name known and every value allowed (else ``ParameterError``)."""
     o = dict(DEFAULTS, **params)
-    for k, allowed in CHOICES.items():
-        if o[k] not in allowed:
-            raise ValueError(f"seqres: {k}={o[k]!r} not in {list(allowed)}")
-    if o["block_n"] != "auto" and not str(o["block_n"]).isdigit():
-        raise ValueError(f"seqres: block_n={o['block_n']!r}: a tile width (e.g. 64, 128) or auto")
+    check_params("seqres", o, SPEC, known=DEFAULTS)
     return o
 
 
@@ -200,7 +207,7 @@ def _group(case: Case, o: dict, n_sm: int, n_slots: int, interpret: bool, info: 
         while B % (2 * G) == 0 and B // G > 2 * n_sm:
             G *= 2
     if B % G:
-        raise ValueError(f"seqres: seqs_per_program={G} does not divide B={B}")
+        raise ParameterError(f"seqres: seqs_per_program={G} does not divide B={B}")
     n_groups = B // G
     R = int(o["split"])
     if R <= 0:
@@ -220,20 +227,20 @@ def _group(case: Case, o: dict, n_sm: int, n_slots: int, interpret: bool, info: 
 def _check_fusions(case: Case, o: dict, apk: int, G: int) -> None:
     """The combinations of the attention and fusion options that the kernel has no code for."""
     if apk < 1 or G % apk:
-        raise ValueError(f"seqres: attn_pack={o['attn_pack']!r}: sequences per attention tile, >= 1 and dividing "
+        raise ParameterError(f"seqres: attn_pack={o['attn_pack']!r}: sequences per attention tile, >= 1 and dividing "
                          f"seqs_per_program={G}")
     if o["attn_oproj"] and not o["attn_presplit"]:
-        raise ValueError("seqres: attn_oproj=true needs attn_presplit=true")
+        raise ParameterError("seqres: attn_oproj=true needs attn_presplit=true")
     if o["ln_local"] and not o["attn_presplit"]:
-        raise ValueError("seqres: ln_local needs attn_presplit=true")
+        raise ParameterError("seqres: ln_local needs attn_presplit=true")
     if o["ln_local"] and _pow2(case.D) > LN_LOCAL_MAX_D:
-        raise ValueError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={case.D} > "
+        raise ParameterError(f"seqres: ln_local keeps a [block_m, D] LayerNorm row block in registers: D={case.D} > "
                          f"{LN_LOCAL_MAX_D}; set ln_local=false")
     if o["attn_loop"] == "flat":
         why = [w for c, w in ((not o["attn_presplit"], "attn_presplit=true"), (o["attn_oproj"], "attn_oproj=false"),
                               (apk > 1, "attn_pack=1")) if c]
         if why:
-            raise ValueError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
+            raise ParameterError(f"seqres: attn_loop=flat needs {', '.join(why)}; set attn_loop=nested")
 
 
 def _kv_split(case: Case, o: dict, sa: int, apk: int, tiles: int, R: int) -> bool:
@@ -246,7 +253,7 @@ def _kv_split(case: Case, o: dict, sa: int, apk: int, tiles: int, R: int) -> boo
                           (apk > 1, "attn_pack=1"),
                           (-(-sa // bkv) % 2, f"an even number of key blocks (S={sa}, block_kv={bkv})")) if c]
     if why:
-        raise ValueError(f"seqres: attn_kv_split=true needs {', '.join(why)}; set attn_kv_split=false")
+        raise ParameterError(f"seqres: attn_kv_split=true needs {', '.join(why)}; set attn_kv_split=false")
     return 2 * tiles <= R
 
 
@@ -265,7 +272,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     n_slots = n_sm if n_slots is None else int(n_slots)
     info = {"n_sm": n_sm, "n_slots": n_slots}
     if interpret and o["trace"]:
-        raise ValueError("seqres: trace=true reads the GPU's %globaltimer; the Triton interpreter cannot run it")
+        raise ParameterError("seqres: trace=true reads the GPU's %globaltimer; the Triton interpreter cannot run it")
     G, R = _group(case, o, n_sm, n_slots, interpret, info)
     apk = int(o["attn_pack"])
     _check_fusions(case, o, apk, G)
@@ -281,7 +288,7 @@ def prepare_meta(case: Case, n_sm: int, interpret: bool = False, n_slots: int | 
     f2 = case.scheme("ffn2", "f16_w1") if o["ffn2_scheme"] == "case" else o["ffn2_scheme"]
     for g, sc in (("ffn1", f1), ("ffn2", f2)):
         if sc not in ("bf16x3", "f16_w1"):
-            raise ValueError(f"seqres: {g}_scheme={sc!r} (from the case config) not in ['bf16x3', 'f16_w1']")
+            raise ParameterError(f"seqres: {g}_scheme={sc!r} (from the case config) not in ['bf16x3', 'f16_w1']")
     info["ffn2_scheme"] = f2
     info["ffn1_scheme"] = f1
     prec_attn = "ieee" if interpret and o["prec_attn"] == "bf16x3" else o["prec_attn"]  # (no bf16 in the interpreter)
@@ -320,6 +327,7 @@ def prepare(case: Case, weights: Weights, **params) -> SeqresPrepared:
     configuration; ``search`` times the candidates of ``config/search/seqres.yaml`` on top of the parameters
     given and keeps the fastest (CUDA only; ``info["tune"]`` records them); ``off`` runs the parameters as given.
     ``info["params"]`` is the full parameter set prepared (``rebind`` prepares it again with other weights)."""
+    check_params("seqres", params, SPEC, known=DEFAULTS)
     ys = {}
     p, sets = tuning.prepare("seqres", case, weights, params, DEFAULTS, prepare_one,
                              lambda p, x: launch(p, x, ys.setdefault(0, torch.empty_like(x))),
@@ -368,6 +376,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> SeqresPrepared:
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
     cps = int(params.get("ctas_per_sm", DEFAULTS["ctas_per_sm"]))
     meta, launch_opts, info = prepare_meta(case, n_sm, interpreting(), n_slots=n_sm * max(1, cps), **params)
+    check_weights("seqres", case, weights)  # (after the envelope: a case seqres does not run is Unsupported first)
     tensors = _weight_args(weights, meta)
     scratch = _scratch(case, meta, dev)
     spin_limit = int(params.get("spin_limit", DEFAULTS["spin_limit"]))
@@ -602,9 +611,7 @@ def run(p: SeqresPrepared, x: torch.Tensor) -> torch.Tensor:
 
     The flag epoch is a host-side launch argument: do not capture ``run`` in a CUDA graph with R > 1
     (replays would reuse the captured epoch and pass every barrier at once); use ``split: 1`` there."""
-    c = p.case
-    if x.shape != (c.B, c.S, c.D) or x.dtype != torch.float32 or not x.is_contiguous():
-        raise ValueError(f"seqres: x must be contiguous fp32 {(c.B, c.S, c.D)}, got {x.dtype} {tuple(x.shape)}")
+    check_input("seqres", p.case, x, p.flags.device)
     # counter barriers count R per barrier: the counter reaches epoch * R
     limit = _EPOCH_LIMIT // (p.meta["BLOCK_R"] if p.meta["BARRIER"] >= 3 else 1)
     if p.epoch + p.barriers_per_launch >= limit:

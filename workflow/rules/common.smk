@@ -7,13 +7,17 @@
 #   gpu=<type>                            one GPU type for every stage (e.g. gpu=h200 on a local H200)
 #   cases=[...] / variants=[...]          replace the matrix's case / variant selection
 #   ncu=true|false                        add / drop the ncu stage (default: the matrix's ncu_variants)
-#   overrides=[...]                       Hydra overrides for every job (results under outputs/tag/<tag>/)
+#   overrides=[...]                       Hydra overrides for every job (results under outputs/tag/<tag>/; which
+#                                         overrides are tagged: workflow/tags.py, the same rule as a job by hand)
 #   tag=<name>                            the tag of an override run (default: derived from the overrides)
+#
+# Existing results of the run that fail validation (workflow/schemas.py: unreadable, not a record, failing their
+# schema, another run's tag) are moved aside to <file>.invalid when the workflow is read, so the run regenerates
+# them. With keep-going (profiles/default), a run where a job failed still builds its report (onerror, report.smk).
 #   tune=committed|search|off             where our families' parameters come from (the tune stage): the committed
 #                                         config/tuned/<gpu>/<case>.yaml (default), a search on the timing GPU, or
 #                                         exactly the variant config's parameters
 
-import hashlib
 import json
 import os
 import re
@@ -30,12 +34,13 @@ CONFIG_DIR = REPO / "config"
 STAGES = ("correctness", "timing", "ncu")
 TUNE_MODES = ("committed", "search", "off")
 TUNED_IMPLS = ("auto", "seqres", "hybrid", "dag")  # variants whose jobs read the tune stage's file
-# Chosen by the workflow for every job; an override may not select them.
-RESERVED_KEYS = {"stage", "case", "variant", "gpu", "out", "tag", "output_root", "matrix"}
-TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # kernels/ and workflow/ importable from the Snakefile
+
+from workflow.tags import (RESERVED_KEYS, changes_config, check_tag, derive_tag, override_key,  # noqa: E402
+                           tagged_overrides)
 
 
 # ---------------------------------------------------------------- Hydra
@@ -190,6 +195,16 @@ def expand_variants(sel) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def config_bool(value, key: str):
+    """A --config switch: true/false (yes/no, on/off, 1/0) or None when not given; anything else is an error."""
+    if value is None or isinstance(value, bool):
+        return value
+    try:
+        return BOOLS[str(value).strip().lower()]
+    except KeyError:
+        raise WorkflowError(f"config {key}={value!r}: expected true or false") from None
+
+
 def load_matrix(cfg: dict) -> dict:
     """The run's matrix: Hydra composes config/matrix/<name>.yaml; --config keys then refine it."""
     from omegaconf import OmegaConf
@@ -216,8 +231,8 @@ def load_matrix(cfg: dict) -> dict:
     variants = expand_variants(cfg["variants"] if "variants" in cfg else m.get("variants", "all"))
     ncu_variants = [v for v in expand_variants(m.get("ncu_variants") or []) if v in variants] \
         if m.get("ncu_variants") else []
-    ncu = cfg.get("ncu", None)
-    if ncu is not None and str(ncu).lower() in ("false", "0", "no", "off"):
+    ncu = config_bool(cfg.get("ncu", None), "ncu")
+    if ncu is False:
         ncu_variants = []
     elif ncu is not None and not ncu_variants:
         ncu_variants = [v for v in ("auto",) if v in variants]
@@ -227,10 +242,6 @@ def load_matrix(cfg: dict) -> dict:
 
 
 # ---------------------------------------------------------------- overrides and the tag
-
-
-def override_key(ov: str) -> str:
-    return ov.split("=", 1)[0].lstrip("+~").strip()
 
 
 def parse_overrides(value) -> list[str]:
@@ -257,19 +268,6 @@ def parse_overrides(value) -> list[str]:
     return ovs
 
 
-def derive_tag(overrides: list[str]) -> str:
-    """A deterministic, path-safe tag for an override list: a readable slug + 8 hex of its hash."""
-    if not overrides:
-        return ""
-    digest = hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]
-    parts = []
-    for o in overrides:
-        key, _, value = o.partition("=")
-        parts.append(f"{key.split('.')[-1]}-{value}")
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(parts)).strip("-._")[:40]
-    return f"{slug}-{digest}" if slug else digest
-
-
 def shell_args(args) -> str:
     """Arguments quoted for the shell: metacharacters arrive literally in the job, never executed."""
     return " ".join(shlex.quote(str(a)) for a in args)
@@ -290,10 +288,23 @@ def validate_overrides(overrides: list[str], variants: list[str], cases: list[st
                 "restricted to them: --config variants='[seqres]'.") from None
 
 
+def run_tag(overrides: list[str], matrix: dict) -> str:
+    """The run's tag: --config tag=, else derived from the overrides (workflow/tags.py, the job entry's rule: none
+    when they change no job's config)."""
+    tag = str(config.get("tag") or "")
+    tagged = tagged_overrides(overrides)
+    if not tag and tagged:
+        sel = [f"case={matrix['cases'][0] if matrix['cases'] else 'smoke1'}", f"gpu={matrix['stages']['timing']}",
+               *matrix["job_overrides"]]
+        changed = any(changes_config(compose, [f"variant={v}", *sel], tagged) for v in matrix["variants"])
+        tag = derive_tag(tagged) if changed else ""
+    try:
+        return check_tag(tag) if tag else ""
+    except ValueError as e:
+        raise WorkflowError(str(e)) from None
+
+
 OVERRIDES = parse_overrides(config.get("overrides", []))
-TAG = str(config.get("tag") or derive_tag(OVERRIDES))
-if TAG and not TAG_RE.match(TAG):
-    raise WorkflowError(f"tag {TAG!r}: use letters, digits, '.', '_' and '-' (at most 64)")
 MATRIX = load_matrix(config)
 TUNE = str(config.get("tune", "committed"))
 if TUNE not in TUNE_MODES:
@@ -302,6 +313,7 @@ if TUNE not in TUNE_MODES:
 # what every job gets: the matrix's own job_overrides (part of its definition, no tag), then the user's
 JOB_OVERRIDES = MATRIX["job_overrides"] + OVERRIDES
 validate_overrides(JOB_OVERRIDES, MATRIX["variants"], MATRIX["cases"], MATRIX["stages"])
+TAG = run_tag(OVERRIDES, MATRIX)
 RESULTS_ROOT = f"outputs/tag/{TAG}" if TAG else "outputs"
 RESULTS = f"{RESULTS_ROOT}/"  # every result path starts with this
 LOGS = f"{RESULTS}logs/"
@@ -399,12 +411,47 @@ def case_targets(case: str) -> list[str]:
 
 
 def job_command(stage: str) -> str:
-    """The shell command of one stage job; wildcards/output/log are filled in by Snakemake."""
+    """The shell command of one stage job; wildcards/output/log are filled in by Snakemake. ``+matrix=`` tells the
+    job which overrides are its matrix's own (not tagged, workflow/tags.py)."""
     tag = f" tag={shlex.quote(TAG)}" if TAG else ""
     out = "{output.yaml:q}" if stage == "tune" else "{output.json:q}"
+    matrix = shell_args(["{}matrix={}".format("+", MATRIX["name"])])  # (format: for the linter)
     return (f"{shlex.quote(sys.executable)} -m workflow.run stage={stage} case={{wildcards.case}} "
-            f"variant={{wildcards.variant}} gpu={{wildcards.gpu}} out={out}{tag} "
+            f"variant={{wildcards.variant}} gpu={{wildcards.gpu}} out={out}{tag} {matrix} "
             "{params.overrides} {params.tuned} > {log:q} 2>&1")
+
+
+# ---------------------------------------------------------------- results that fail validation
+
+
+def quarantine_invalid() -> list[tuple[str, str]]:
+    """This run's existing results that fail validation (``workflow/schemas.py``: unreadable, truncated, not a
+    record, failing their schema, another case's / variant's / GPU type's, another run's tag) are moved aside to
+    ``<file>.invalid``, so the run regenerates them. Returns (path, why) of each."""
+    from workflow.schemas import InvalidResult, check_file
+
+    moved = []
+    for stage in STAGES:
+        gpu = MATRIX["stages"][stage]
+        variants = MATRIX["ncu_variants"] if stage == "ncu" else MATRIX["variants"]
+        for case in MATRIX["cases"]:
+            for variant in variants:
+                path = Path(result(stage, gpu, case, variant))
+                try:
+                    check_file(path, stage, gpu=gpu, case=case, variant=variant, tag=TAG)
+                except FileNotFoundError:
+                    continue
+                except InvalidResult as e:
+                    os.replace(path, path.with_name(f"{path.name}.invalid"))
+                    moved.append((str(path), str(e)))
+    for path, why in moved:
+        print(f"workflow: {path} is invalid ({why}): moved aside to {path}.invalid; this run regenerates it",
+              file=sys.stderr)
+    return moved
+
+
+if getattr(workflow, "is_main_process", True):  # (not again inside each job a cluster executor starts)
+    quarantine_invalid()
 
 
 # ---------------------------------------------------------------- the report's inputs and arguments
@@ -426,11 +473,31 @@ def report_args(wildcards) -> str:
             "--variant-info", json.dumps({v: VARIANTS[v] for v in MATRIX["variants"]}),
             "--ceilings", json.dumps(gpu_config(wildcards.gpu)["ceilings"]),
             "--title", f"matrix {MATRIX['name']}" + (f", tag {TAG}" if TAG else "")]
+    args += ["--tag", TAG]
     if MATRIX["ncu_variants"]:
         args += ["--ncu-gpu", MATRIX["stages"]["ncu"]]
     if JOB_OVERRIDES:
         args += ["--overrides", *JOB_OVERRIDES]
     return shell_args(args)
+
+
+def build_reports_after_failure(log) -> None:
+    """``onerror`` (report.smk): a run where some job failed (keep-going: every other job ran) still gets the report
+    of what exists; the failed jobs' results are listed as missing, each with the error from its log."""
+    try:
+        pending = [j for j in workflow.dag.needrun_jobs() if j.rule.name == "report"]
+    except Exception as e:  # noqa: BLE001 - Snakemake internals; the run has failed already
+        print(f"workflow: no report after the failure ({e})", file=sys.stderr)
+        return
+    for job in pending:
+        wc = job.wildcards
+        out, log_path = report_dir(wc.gpu), Path(f"{LOGS}report/{wc.gpu}.log")
+        cmd = [sys.executable, "-m", "workflow.report", "--out-dir", out, *shlex.split(report_args(wc))]
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=os.getcwd()).returncode
+        print(f"workflow: some jobs failed; the report of the results that exist is in {out}/ (failed jobs listed "
+              f"under Missing results; report log {log_path}, exit {rc})", file=sys.stderr)
 
 
 wildcard_constraints:

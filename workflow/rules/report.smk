@@ -34,3 +34,9 @@ rule report:
     shell:
         f"{shlex.quote(sys.executable)} -m workflow.report --out-dir {{params.out_dir:q}} {{params.args}} "
         "> {log:q} 2>&1"
+
+
+# keep-going (profiles/default) runs every job it can; when one failed, the report rule's inputs are incomplete and
+# Snakemake skips it: build the report of what exists anyway, listing the failed jobs (common.smk).
+onerror:
+    build_reports_after_failure(log)
