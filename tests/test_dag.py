@@ -243,3 +243,15 @@ def test_static_lists_cover_every_task_once():
 
 def test_dag_is_registered_for_its_family():
     assert get_variant("dag").families == ("dag",)
+
+
+def test_reduce_init_zeroes_only_undefined_predicated_shared_loads():
+    from kernels.dag.ptx_passes import zero_predicated_loads
+    ptx = ("\tmov.u32 \t%r7, 0x0;\n"
+           "\t@%p1 ld.shared.b32 %r7, [ %r2 + 0 ];\n"          # masked load with an ``other``: left alone
+           "\t@%p3 ld.shared.b32 %r9, [ %r4 + 0 ];\n"          # a reduction's partial: zeroed first
+           "\tshfl.sync.bfly.b32 \t%r10, %r9, 2, 31, -1;\n"
+           "\tld.shared.b32 \t%r11, [global_smem];\n")          # not predicated: left alone
+    out, n = zero_predicated_loads(ptx)
+    assert n == 1
+    assert out == ptx.replace("\t@%p3", "\tmov.b32 \t%r9, 0;\n\t@%p3")

@@ -191,7 +191,7 @@ def _attn_block(k_hi_ptr, k_lo_ptr, v_hi_ptr, v_lo_ptr, q_hi, q_lo, offs_q, k0, 
     p = tl.exp2(s * qk_scale - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     p_hi, p_lo = split_bf16(p, GPU)
-    acc = acc * alpha[:, None] + dot_split(p_hi, p_lo, v_hi, v_lo, tl.zeros_like(acc), True, True, DOT_PREC)
+    acc = dot_split(p_hi, p_lo, v_hi, v_lo, acc * alpha[:, None], True, True, DOT_PREC)  # (into acc: no 2nd accumulator)
     return m_new, l_i, acc
 
 
@@ -418,7 +418,8 @@ def _dag_fwd(
     SCHEME_QKV: tl.constexpr, SCHEME_O: tl.constexpr, SCHEME_FFN1: tl.constexpr, SCHEME_FFN2: tl.constexpr,
     GELU: tl.constexpr, QUEUE: tl.constexpr, MAX_WAITS: tl.constexpr, MAX_SIGNALS: tl.constexpr,
     TASK_WIDTH: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PREC: tl.constexpr, GPU: tl.constexpr,
-    WGMMA_CHAIN: tl.constexpr,  # (compile-time pass choice, host.compile_context: part of the cache key only)
+    WGMMA_CHAIN: tl.constexpr,  # (compile-time pass choices, host.compile_context: part of the cache key only)
+    REDUCE_INIT: tl.constexpr,
 ):
     M: tl.constexpr = B * S
     pid = tl.program_id(0)
