@@ -9,6 +9,8 @@ call's ``--budget`` is spent, and a watchdog (``faulthandler``) ends the process
 overruns its budget by ``--grace`` seconds (the JSON of every finished case is already written).
 
     python -m bench.dag.check_gpu --out $OUT --cases 2 3 4 12 [--configs default bn128 ...] [--margin 256]
+    python -m bench.dag.check_gpu --out $OUT --cases 2 12 --configs default f16_ffn1 f16_ffn2 f16_ffn12 \
+        --margin 256 --margin-configs default f16_ffn1 f16_ffn2 f16_ffn12 --case-budget 270 --budget 560
     TRITON_INTERPRET=1 python -m bench.dag.check_gpu --out /tmp/dag --cases smoke2 --scales 1 --seeds 0
 """
 from __future__ import annotations
@@ -43,10 +45,16 @@ CONFIGS = {
     "sk8": dict(split_k_o=8, split_k_ffn2=8),
     "nw8_bn128": dict(num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
     "chain_wait": dict(wgmma_chain="wait"),
+    # two-product (f16_w1) GEMMs, in the order the CPU emulation ranks them (docs/dag.md, Precision); a scheme
+    # becomes a default only once --margin admits it on every case it is set for
+    "f16_ffn1": dict(scheme_ffn1="f16_w1"),
     "f16_ffn2": dict(scheme_ffn2="f16_w1"),
+    "f16_ffn12": dict(scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
+    "f16_o_ffn2": dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
+PRECISION_CONFIGS = ("default", "f16_ffn1", "f16_ffn2", "f16_ffn12")  # time and margin (--margin 256) of each
 
 
 def _env() -> dict:

@@ -19,13 +19,12 @@ from ..validate import ParameterError, check_input, check_names, check_weights
 from ..weights import Weights
 from . import graph as G
 from .kernel import TASK_HEADER, _dag_fwd
-from .ptx_passes import ptx_reduce_init
 
 INT32_MAX = 2**31 - 1
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
-               reduce_init=("zero", "keep"), check=("sync", "lazy"))
+               check=("sync", "lazy"))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit")
 
@@ -264,22 +263,17 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
                 SCHEME_QKV=t.scheme_qkv, SCHEME_O=t.scheme_o, SCHEME_FFN1=t.scheme_ffn1, SCHEME_FFN2=t.scheme_ffn2,
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
-                WGMMA_CHAIN=o["wgmma_chain"], REDUCE_INIT=o["reduce_init"])
+                WGMMA_CHAIN=o["wgmma_chain"])
 
 
 def compile_context(o: dict):
-    """The compile-time edits the parameters ask for: ``wgmma_chain: async`` relaxes the waits between the chained
-    dots of a K step (``kernels.common.wgmma_passes``); ``reduce_init: zero`` zeroes the registers of the
-    cross-warp reductions' predicated shared-memory loads (``kernels.dag.ptx_passes``). Triton's cache key sees
-    neither, so each choice is also a constexpr (``WGMMA_CHAIN``, ``REDUCE_INIT``): an edited and an unedited
-    binary never stand in for each other."""
+    """Compiles under ``wgmma_chain: async`` relax the waits between the chained dots of a K step
+    (``kernels.common.wgmma_passes``). Triton's cache key does not see that edit, so the choice is also a
+    constexpr (``WGMMA_CHAIN``): an edited and an unedited binary never stand in for each other."""
     import contextlib
-    stack = contextlib.ExitStack()
     if o["wgmma_chain"] == "async":
-        stack.enter_context(hopper_wgmma_passes(acc_init=False, relax=True))
-    if o["reduce_init"] == "zero":
-        stack.enter_context(ptx_reduce_init())
-    return stack
+        return hopper_wgmma_passes(acc_init=False, relax=True)
+    return contextlib.nullcontext()
 
 
 def _launch_args(p: DagPrepared, x: torch.Tensor, y: torch.Tensor, spin: int | None = None) -> list:
