@@ -39,6 +39,8 @@ CONFIGS = {
     "bn128_sk": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, split_k_o=4,
                      split_k_ffn2=8),
     "cps2": dict(ctas_per_sm=2),
+    "kv32": dict(block_kv=32),                     # 162-168 registers (docs/dag.md, compile report)
+    "kv32_cps3": dict(block_kv=32, ctas_per_sm=3),  # ... which lets 3 programs share an SM
     "static": dict(queue="static"),
     "layer_order": dict(order="layer"),
     "bk32_s4": dict(block_k=32, num_stages=4),

@@ -60,9 +60,9 @@ def _fast_matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tenso
 _probe_matmul = probe.matmul
 
 
-def flop_fraction(case, f16: tuple) -> float:
-    """MMA work of the linear GEMMs relative to bf16x3 on all four (a two-product GEMM does 2/3 of the work).
-    Per token: QKV 3D², O D², FFN1 4D², FFN2 4D² (of 12D²)."""
+def flop_fraction(f16: tuple) -> float:
+    """MMA work of the linear GEMMs relative to bf16x3 on all four (a two-product GEMM does 2/3 of the work), the
+    same for every case: per token QKV does 3D², O D², FFN1 4D², FFN2 4D² of the 12D² multiply-adds."""
     share = dict(qkv=3, o=1, ffn1=4, ffn2=4)
     return sum(share[g] * (2 / 3 if g in f16 else 1.0) for g in share) / 12
 
@@ -95,27 +95,48 @@ def run(cases, schemes, scales, seeds, weight_seeds, log: str):
 
 
 def summary(log: str):
-    """Worst error / tolerance per (case, scheme) over the logged inputs, with what they were."""
+    """Markdown table of the worst error / tolerance per (case, scheme) over the logged inputs (how many, and where
+    the worst was: weight seed, input seed, scale), then the inputs each case saw."""
     recs = [json.loads(l) for l in open(log) if l.strip()]
     by = defaultdict(list)
     for r in recs:
         by[(r["case"], r["scheme"])].append(r)
     cases = sorted({r["case"] for r in recs})
-    print(f"{'scheme':12} {'MMA':>5} " + " ".join(f"{'case ' + str(c):>26}" for c in cases))
+    print("| scheme (f16_w1 GEMMs) | MMA work | " + " | ".join(f"case {c}" for c in cases) + " |")
+    print("|---|---:|" + "---:|" * len(cases))
     for name, f16 in SCHEMES.items():
         cells = []
         for c in cases:
             rs = by.get((c, name))
             if not rs:
-                cells.append(f"{'-':>26}")
+                cells.append("—")
                 continue
             w = max(rs, key=lambda r: r["max_over_tol"])
             n_in = len({(r["weight_seed"], r["seed"], r["scale"]) for r in rs})
-            n_w = len({r["weight_seed"] for r in rs})
-            cells.append(f"{w['max_over_tol']:6.3f} ({n_in:2d} in, {n_w} w; "
-                         f"w{w['weight_seed']} s{w['seed']} x{w['scale']:g})".rjust(26))
-        if any(c.strip() != "-" for c in cells):
-            print(f"{name:12} {flop_fraction(load_case(cases[0]), f16):5.3f} " + " ".join(cells))
+            cells.append(f"**{w['max_over_tol']:.3f}** ({n_in}; w{w['weight_seed']} s{w['seed']} x{w['scale']:g})"
+                         if w["max_over_tol"] > 0.9 else
+                         f"{w['max_over_tol']:.3f} ({n_in}; w{w['weight_seed']} s{w['seed']} x{w['scale']:g})")
+        if any(c != "—" for c in cells):
+            print(f"| {name} ({', '.join(f16) or 'none'}) | {flop_fraction(f16):.3f} | " + " | ".join(cells) + " |")
+    print()
+    for c in cases:
+        seen = defaultdict(set)
+        for r in recs:
+            if r["case"] == c:
+                seen[(r["weight_seed"], r["scale"])].add(r["seed"])
+        print(f"case {c}: " + "; ".join(f"weights {w}, scale {sc:g}: input seeds {_ranges(sorted(s))}"
+                                       for (w, sc), s in sorted(seen.items())))
+
+
+def _ranges(xs: list[int]) -> str:
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ", ".join(out)
 
 
 def main(argv=None):

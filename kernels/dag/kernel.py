@@ -21,8 +21,9 @@ the interpreter):
 Every A operand has row stride D and every weight slab row stride BN, so the four GEMM kinds share one K loop
 (``_gemm_site``: one per distinct tile width and scheme; the defaults have one).
 
-One task kind per ``@triton.jit`` function below (the GEMM kinds: one epilogue each after the shared ``_mma_loop``,
-three dots per K step for bf16x3, a_lo w_hi + a_hi w_lo + a_hi w_hi; two for f16_w1, a_lo w + a_hi w).
+One task kind per ``@triton.jit`` function below (the three LayerNorm kinds: one body, ``_ln_task``; the GEMM kinds:
+one epilogue each after the shared ``_mma_loop``, three dots per K step for bf16x3, a_lo w_hi + a_hi w_lo + a_hi w_hi;
+two for f16_w1, a_lo w + a_hi w).
 """
 from __future__ import annotations
 
@@ -179,7 +180,8 @@ def _attn_block(k_hi_ptr, k_lo_ptr, v_hi_ptr, v_lo_ptr, q_hi, q_lo, offs_q, k0, 
     p = tl.exp2(s * qk_scale - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     p_hi, p_lo = split_bf16(p, GPU)
-    acc = dot_split(p_hi, p_lo, v_hi, v_lo, acc * alpha[:, None], True, True, DOT_PREC)  # (into acc: no 2nd accumulator)
+    # straight into the rescaled accumulator: a second accumulator added afterwards cost 32 registers at the peak
+    acc = dot_split(p_hi, p_lo, v_hi, v_lo, acc * alpha[:, None], True, True, DOT_PREC)
     return m_new, l_i, acc
 
 
