@@ -243,3 +243,19 @@ def test_static_lists_cover_every_task_once():
 
 def test_dag_is_registered_for_its_family():
     assert get_variant("dag").families == ("dag",)
+
+
+
+@pytest.mark.slow
+def test_mixed_schemes_and_widths_compile_for_sm90():
+    """Three GEMM sites (a scheme and a tile width apart) compile for sm_90 without a GPU (the interpreter, which
+    the other tests use, does not check constexpr rules: a site's constexprs once broke only the real compile)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bench.dag.aot_check", "smoke2", "--param", "scheme_ffn2=f16_w1",
+                          "--param", "block_n_o=32"], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "gemm_sites=3" in out.stdout and "spills=0/0" in out.stdout

@@ -6,6 +6,7 @@ shared memory, wgmma instructions and the co-resident programs per SM they allow
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import triton
@@ -43,8 +44,26 @@ def signature(case, t: G.Tiling) -> dict:
     return sig
 
 
-def compile_case(case, params: dict, n_sm: int = 132):
-    """(CompiledKernel, seconds, meta, graph) for ``case`` with ``params`` as prepare would build it on an H200."""
+def sass_counts(kernel) -> dict:
+    """Instruction counts in the SASS of ``kernel`` (bundled nvdisasm): all, HGMMA (wgmma), LDGSTS (cp.async),
+    STL / LDL (local memory: spills)."""
+    import os
+    import subprocess
+    import tempfile
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True).stdout
+    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    count = lambda op: sum(1 for i in ins if i.split(".")[0] == op)
+    return dict(instructions=len(ins), hgmma=count("HGMMA"), ldgsts=count("LDGSTS"), stl=count("STL"),
+                ldl=count("LDL"))
+
+
+def compile_case(case, params: dict, n_sm: int = 132, maxnreg: int | None = None):
+    """(CompiledKernel, seconds, meta, graph, tiling) for ``case`` with ``params`` as prepare would build it on an
+    H200; ``maxnreg`` caps ptxas's registers per thread (Triton's ``maxnreg`` option)."""
     o = check_params(params)
     grid = o["grid"] or n_sm * o["ctas_per_sm"]
     t = tiling_for(case, o, grid)
@@ -60,7 +79,8 @@ def compile_case(case, params: dict, n_sm: int = 132):
     t0 = time.time()
     with compile_context(o):
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=o["num_warps"], num_stages=o["num_stages"], **({"maxnreg": int(__import__("os").environ["MAXNREG"])} if "MAXNREG" in __import__("os").environ else {})))
+                           options=dict(num_warps=o["num_warps"], num_stages=o["num_stages"],
+                                        **({"maxnreg": maxnreg} if maxnreg else {})))
     return k, time.time() - t0, meta, g, t
 
 
@@ -68,17 +88,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--param", action="append", default=[], help="name=value (config/variant/dag.yaml names)")
+    ap.add_argument("--maxnreg", type=int, default=None, help="cap on registers per thread (ptxas)")
     a = ap.parse_args(argv)
     params = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
     for c in a.cases:
         case = load_case(c)
-        k, dt, meta, g, t = compile_case(case, params)
+        k, dt, meta, g, t = compile_case(case, params, maxnreg=a.maxnreg)
         r = report(k)
         occ = ctas_per_sm_limit(r["registers"], r["shared"], check_params(params)["num_warps"])
+        sc = sass_counts(k)
         print(f"{case.name}: compiled in {dt:.1f}s registers={r['registers']} spills={r['spill_stores']}/"
               f"{r['spill_loads']} shared={r['shared']} wgmma={r['wgmma']} serialized={r['wgmma_serialized']} "
               f"ctas/SM={occ} grid={meta['GRID']} tasks={len(g.tasks)} split_k_o={t.split_k_o} "
-              f"split_k_ffn2={t.split_k_ffn2} gemm_sites={meta['N_SITES']}")
+              f"split_k_ffn2={t.split_k_ffn2} gemm_sites={meta['N_SITES']} sass={sc['instructions']} "
+              f"HGMMA={sc['hgmma']} LDGSTS={sc['ldgsts']} STL/LDL={sc['stl']}/{sc['ldl']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ call's ``--budget`` is spent, and a watchdog (``faulthandler``) ends the process
 overruns its budget by ``--grace`` seconds (the JSON of every finished case is already written).
 
     python -m bench.dag.check_gpu --out $OUT --cases 2 3 4 12 [--configs default bn128 ...] [--margin 256]
+    python -m bench.dag.check_gpu --out $OUT --cases 2 3 4 12 --configs default f16_ffn1 f16_ffn2 \
+        --margin 256 --margin-configs default f16_ffn1 f16_ffn2 --case-budget 140 --budget 560
     TRITON_INTERPRET=1 python -m bench.dag.check_gpu --out /tmp/dag --cases smoke2 --scales 1 --seeds 0
 """
 from __future__ import annotations
@@ -37,16 +39,24 @@ CONFIGS = {
     "bn128_sk": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, split_k_o=4,
                      split_k_ffn2=8),
     "cps2": dict(ctas_per_sm=2),
+    "kv32": dict(block_kv=32),                     # 162-168 registers (docs/dag.md, compile report)
+    "kv32_cps3": dict(block_kv=32, ctas_per_sm=3),  # ... which lets 3 programs share an SM
     "static": dict(queue="static"),
     "layer_order": dict(order="layer"),
     "bk32_s4": dict(block_k=32, num_stages=4),
     "sk8": dict(split_k_o=8, split_k_ffn2=8),
     "nw8_bn128": dict(num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
     "chain_wait": dict(wgmma_chain="wait"),
+    # two-product (f16_w1) GEMMs, in the order the CPU emulation ranks them (docs/dag.md, Precision); a scheme
+    # becomes a default only once --margin admits it on every case it is set for
+    "f16_ffn1": dict(scheme_ffn1="f16_w1"),
     "f16_ffn2": dict(scheme_ffn2="f16_w1"),
+    "f16_ffn12": dict(scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
+    "f16_o_ffn2": dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
+PRECISION_CONFIGS = ("default", "f16_ffn1", "f16_ffn2")  # time and margin (--margin 256) of each: docs/dag.md
 
 
 def _env() -> dict:
@@ -179,17 +189,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for one JSON per case")
     ap.add_argument("--cases", nargs="+", default=["2", "3", "4", "12"])
-    ap.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), help=f"of {list(CONFIGS)}")
+    ap.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
+                    help=f"of {list(CONFIGS)}; precision = {' '.join(PRECISION_CONFIGS)}")
     ap.add_argument("--scales", nargs="+", type=float, default=list(SCALES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--spin-limit", type=int, default=2_000_000, help="polls before a wait gives up (~1-2 s)")
     ap.add_argument("--margin", type=int, default=0, help="SPEC §4 margin: unseen inputs at the worst scale")
-    ap.add_argument("--margin-configs", nargs="+", default=["default"])
+    ap.add_argument("--margin-configs", nargs="+", default=["default"], help="configs to margin-check (or precision)")
     ap.add_argument("--no-hybrid", action="store_true")
     ap.add_argument("--case-budget", type=float, default=150.0, help="s per case before no new config starts")
     ap.add_argument("--budget", type=float, default=540.0, help="s for the call before no new config starts")
     ap.add_argument("--grace", type=float, default=120.0, help="s past a case's budget before the watchdog exits")
     args = ap.parse_args(argv)
+    expand = lambda names: [n for c in names for n in (PRECISION_CONFIGS if c == "precision" else (c,))]
+    args.configs, args.margin_configs = expand(args.configs), expand(args.margin_configs)
     unknown = [c for c in args.configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configs {unknown}; valid: {list(CONFIGS)}")

@@ -69,8 +69,8 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: num_warps={o['num_warps']}: 4 or 8 (the GEMM tiles are one or two warpgroups)")
     if not 1 <= o["num_stages"] <= 5:
         raise ParameterError(f"dag: num_stages={o['num_stages']}: 1 to 5")
-    if o["ctas_per_sm"] not in (1, 2):
-        raise ParameterError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1 or 2")
+    if o["ctas_per_sm"] not in (1, 2, 3):
+        raise ParameterError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1, 2 or 3")
     if o["spin_limit"] < 1:
         raise ParameterError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
     return o

@@ -21,8 +21,9 @@ the interpreter):
 Every A operand has row stride D and every weight slab row stride BN, so the four GEMM kinds share one K loop
 (``_gemm_site``: one per distinct tile width and scheme; the defaults have one).
 
-One task kind per ``@triton.jit`` function below (the GEMM kinds: one epilogue each after the shared ``_mma_loop``,
-three dots per K step for bf16x3, a_lo w_hi + a_hi w_lo + a_hi w_hi; two for f16_w1, a_lo w + a_hi w).
+One task kind per ``@triton.jit`` function below (the three LayerNorm kinds: one body, ``_ln_task``; the GEMM kinds:
+one epilogue each after the shared ``_mma_loop``, three dots per K step for bf16x3, a_lo w_hi + a_hi w_lo + a_hi w_hi;
+two for f16_w1, a_lo w + a_hi w).
 """
 from __future__ import annotations
 
@@ -107,61 +108,49 @@ def _mma_loop(a_hi_ptr, a_lo_ptr,   # [K // D, M, D] A parts (column blocks of D
     return acc
 
 @triton.jit
-def _ln_rows(src_ptr, copy_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, row0, z, COPY: tl.constexpr,
+def _ln_task(kind, l, i, z,
+             x_ptr, r_ptr, y_ptr,            # [M, D] fp32: input, residual stream, output
+             ln1_hi_ptr, ln1_lo_ptr,         # [M, D] split A of QKV (kind 0 writes)
+             ln2_hi_ptr, ln2_lo_ptr,         # [M, D] split A of FFN1 (kind 4 writes)
+             ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr,   # [L, D], [L, D], [D]
              M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
-             OUT: tl.constexpr, GPU: tl.constexpr):
-    """LayerNorm of rows row0 .. row0 + BLOCK_M_LN (< M) of ``src`` [M, D] in chunks of ROWS rows: stored split
-    (OUT = the consuming GEMM's scheme) at ``hi_ptr``/``lo_ptr``, or fp32 at ``hi_ptr`` (OUT "fp32"). COPY: also
-    ``copy`` = src (the residual stream's start). ``z`` is 0, loaded from the task table: the column offsets
-    built from it cannot be hoisted out of the persistent loop (hoisted, the [ROWS, BD] pointer tiles of every
-    LayerNorm call site stayed in registers across all tasks: the kernel needed 255 registers and spilled)."""
+             SCHEME_QKV: tl.constexpr, SCHEME_FFN1: tl.constexpr, GPU: tl.constexpr):
+    """LayerNorm row block i (BLOCK_M_LN rows), in chunks of ROWS rows, for every LayerNorm kind at one call site:
+    kind 0 — A of layer l's QKV = split(LN1(r)) (layer 0 reads x and starts r = x); kind 4 — A of FFN1 =
+    split(LN2(r)); kind 7 — y = LNf(r), fp32. One site and a loop over the chunks (not unrolled): unrolled at three
+    call sites the LayerNorm bodies were ~70% of the kernel's code (docs/dag.md, compile report). ``z`` is 0,
+    loaded from the task table: the column offsets built from it cannot be hoisted out of the persistent loop
+    (hoisted, the [ROWS, BD] pointer tiles stayed in registers across all tasks)."""
+    first = (kind == 0) & (l == 0)
+    src_ptr = r_ptr
+    if first:
+        src_ptr = x_ptr
+    w_ptr = lnfw_ptr
+    b_ptr = lnfb_ptr
+    if kind == 0:
+        w_ptr = ln1w_ptr + l * D
+        b_ptr = ln1b_ptr + l * D
+    elif kind == 4:
+        w_ptr = ln2w_ptr + l * D
+        b_ptr = ln2b_ptr + l * D
     offs_d = tl.arange(0, BD) + z
     mask_d = offs_d < D
     w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
     b = tl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
-    for i in tl.static_range(BLOCK_M_LN // ROWS):
-        rows = row0 + i * ROWS + tl.arange(0, ROWS)
+    for ch in range(0, BLOCK_M_LN // ROWS):
+        rows = i * BLOCK_M_LN + ch * ROWS + tl.arange(0, ROWS)
         mask = (rows < M)[:, None] & mask_d[None, :]
         offs = rows[:, None] * D + offs_d[None, :]
         x = tl.load(src_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        if COPY:
-            tl.store(copy_ptr + offs, x, mask=mask)
+        if first:
+            tl.store(r_ptr + offs, x, mask=mask)
         y = layernorm_rows(x, w, b, mask_d, D, LN_EPS)
-        if OUT == "fp32":
-            tl.store(hi_ptr + offs, y, mask=mask)
+        if kind == 0:
+            _store_split(ln1_hi_ptr, ln1_lo_ptr, offs, mask, y, SCHEME_QKV, GPU)
+        elif kind == 4:
+            _store_split(ln2_hi_ptr, ln2_lo_ptr, offs, mask, y, SCHEME_FFN1, GPU)
         else:
-            _store_split(hi_ptr, lo_ptr, offs, mask, y, OUT, GPU)
-
-
-@triton.jit
-def _ln1_task(l, i, z, x_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr,
-              M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
-              SCHEME_QKV: tl.constexpr, GPU: tl.constexpr):
-    """A of layer l's QKV = split(LN1(r)) for LN row block i; layer 0 reads x and starts r = x."""
-    if l == 0:
-        _ln_rows(x_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr, i * BLOCK_M_LN, z, True, M, D, BLOCK_M_LN, BD, ROWS,
-                 SCHEME_QKV, GPU)
-    else:
-        _ln_rows(r_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr + l * D, b_ptr + l * D, i * BLOCK_M_LN, z, False, M, D,
-                 BLOCK_M_LN, BD, ROWS, SCHEME_QKV, GPU)
-
-
-@triton.jit
-def _ln2_task(l, i, z, r_ptr, hi_ptr, lo_ptr, w_ptr, b_ptr,
-              M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
-              SCHEME_FFN1: tl.constexpr, GPU: tl.constexpr):
-    """A of layer l's FFN1 = split(LN2(r)) for LN row block i."""
-    _ln_rows(r_ptr, r_ptr, hi_ptr, lo_ptr, w_ptr + l * D, b_ptr + l * D, i * BLOCK_M_LN, z, False, M, D, BLOCK_M_LN,
-             BD, ROWS, SCHEME_FFN1, GPU)
-
-
-@triton.jit
-def _lnf_task(i, z, r_ptr, y_ptr, w_ptr, b_ptr,
-              M: tl.constexpr, D: tl.constexpr, BLOCK_M_LN: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr,
-              GPU: tl.constexpr):
-    """y = LNf(r) for LN row block i (fp32)."""
-    _ln_rows(r_ptr, r_ptr, y_ptr, y_ptr, w_ptr, b_ptr, i * BLOCK_M_LN, z, False, M, D, BLOCK_M_LN, BD, ROWS, "fp32",
-             GPU)
+            tl.store(y_ptr + offs, y, mask=mask)
 
 
 @triton.jit
@@ -191,7 +180,8 @@ def _attn_block(k_hi_ptr, k_lo_ptr, v_hi_ptr, v_lo_ptr, q_hi, q_lo, offs_q, k0, 
     p = tl.exp2(s * qk_scale - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     p_hi, p_lo = split_bf16(p, GPU)
-    acc = acc * alpha[:, None] + dot_split(p_hi, p_lo, v_hi, v_lo, tl.zeros_like(acc), True, True, DOT_PREC)
+    # straight into the rescaled accumulator: a second accumulator added afterwards cost 32 registers at the peak
+    acc = dot_split(p_hi, p_lo, v_hi, v_lo, acc * alpha[:, None], True, True, DOT_PREC)
     return m_new, l_i, acc
 
 
@@ -442,28 +432,23 @@ def _dag_fwd(
         c = tl.load(row + 4)
         z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_rows)
         _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
-        if kind == 0:
-            _ln1_task(l, a, z, x_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, ln1w_ptr, ln1b_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
-                      SCHEME_QKV, GPU)
+        if (kind == 0) | (kind == 4) | (kind == 7):
+            _ln_task(kind, l, a, z, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr, ln1w_ptr,
+                     ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, SCHEME_QKV,
+                     SCHEME_FFN1, GPU)
         elif kind == 2:
             _attn_task(l, a, b, c, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, qk_scale, B, S, D, H, DH, CAUSAL,
                        BLOCK_Q, BLOCK_KV, BDH, SCHEME_O, DOT_PREC, GPU)
-        elif kind == 4:
-            _ln2_task(l, a, z, r_ptr, ln2_hi_ptr, ln2_lo_ptr, ln2w_ptr, ln2b_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
-                      SCHEME_FFN1, GPU)
-        elif kind == 7:
-            _lnf_task(a, z, r_ptr, y_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, GPU)
         else:  # a GEMM (kinds 1, 3, 5, 6): on its site (one per distinct tile width and scheme)
             site = tl.where(kind == 1, SITE_QKV, tl.where(kind == 3, SITE_O, tl.where(kind == 5, SITE_FFN1, SITE_FFN2)))
-            for j in tl.static_range(N_SITES):
-                BN_J: tl.constexpr = SITE_BLOCK_N[j]
-                SCHEME_J: tl.constexpr = SITE_SCHEME[j]
-                if site == j:
+            for j in tl.static_range(N_SITES):  # (SITE_BLOCK_N[j], SITE_SCHEME[j] passed inline: a constexpr
+                if site == j:                      # assigned in an unrolled loop cannot be reassigned)
                     _gemm_site(kind, l, a, b, c, ln1_hi_ptr, ln1_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
                                f_hi_ptr, f_lo_ptr, wqkv_hi_ptr, wqkv_lo_ptr, bqkv_ptr, wo_hi_ptr, wo_lo_ptr, bo_ptr,
                                w1_hi_ptr, w1_lo_ptr, b1_ptr, w2_hi_ptr, w2_lo_ptr, b2_ptr, r_ptr, qkv_hi_ptr, qkv_lo_ptr,
                                j, SITE_QKV, SITE_O, SITE_FFN1, SITE_FFN2, K_CHUNK_O, K_CHUNK_FFN2, B, S, D, H, DH,
-                               BLOCK_M, BN_J, BLOCK_K, EVEN, SCHEME_J, SCHEME_FFN2, GELU, DOT_PREC,
+                               BLOCK_M, tl.constexpr(SITE_BLOCK_N[j]), BLOCK_K, EVEN, tl.constexpr(SITE_SCHEME[j]),
+                               SCHEME_FFN2, GELU, DOT_PREC,
                                NUM_STAGES, GPU)
         _signal_task(row, ctr_ptr, MAX_WAITS, MAX_SIGNALS, GPU)
         if QUEUE == "queue":
