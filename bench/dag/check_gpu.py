@@ -1,6 +1,6 @@
 """GPU check of the dag family in one call: for each case and each named parameter set — prepare (compile time,
 registers, spills, shared memory, occupancy, grid), the gate at 7 scales x 2 seeds against ``reference_forward``
-(TF32 off), do_bench timing (L2 flushed, median) next to ``hybrid`` (plain and in a CUDA graph), optionally the
+(TF32 off), do_bench timing (L2 flushed, median) next to ``hybrid`` (its defaults: a CUDA graph), optionally the
 SPEC §4 margin over unseen inputs and weight seeds. One JSON per case under ``--out``, a table printed last.
 
 It never hangs and survives a failing configuration: every wait in the kernel is bounded (``spin_limit``), each
@@ -47,6 +47,11 @@ CONFIGS = {
     "sk8": dict(split_k_o=8, split_k_ffn2=8),
     "nw8_bn128": dict(num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
     "chain_wait": dict(wgmma_chain="wait"),
+    "bn128_cps2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, ctas_per_sm=2),
+    # 128 x 128 tiles on two warpgroups: half the operand traffic per MMA of 64 x 128
+    "t128": dict(block_m=128, num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128,
+                 num_stages=2),
+    "t128_s3": dict(block_m=128, num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
     # two-product (f16_w1) GEMMs, in the order the CPU emulation ranks them (docs/dag.md, Precision); a scheme
     # becomes a default only once --margin admits it on every case it is set for
     "f16_ffn1": dict(scheme_ffn1="f16_w1"),
@@ -145,6 +150,8 @@ def check_config(case, name: str, params: dict, w, args, refs: dict, gpu: bool) 
         host.check(p)
         rec["timed_output_passed"] = gate(v.run(p, x), refs[(1.0, 0)] if (1.0, 0) in refs
                                           else reference_forward(case, w, x)).passed
+        if args.trace and gpu:
+            rec["profile"] = profile(case, params, w, args)
         if args.margin and name in args.margin_configs:
             worst_scale = max(rec["gate"], key=lambda g: g["max_over_tol"])["scale"]
             rec["margin"] = margin(case, dict(params, spin_limit=args.spin_limit), w.device, args.margin,
@@ -162,27 +169,35 @@ def check_config(case, name: str, params: dict, w, args, refs: dict, gpu: bool) 
 
 
 def hybrid_times(case, w, gpu: bool) -> dict:
-    """``hybrid`` with its defaults, timed plainly and (GPU) replayed from a captured CUDA graph."""
+    """``hybrid`` with its defaults (``cuda_graph: auto`` replays a captured CUDA graph on these cases: what
+    ``auto`` runs on them today)."""
     out = {}
     try:
         v = get_variant("hybrid")
         p = v.prepare(case, w)
         x = make_input(case, 1.0, 0, device=w.device)
-        out["plain"] = _time_ms(lambda: v.run(p, x), gpu)
-        if gpu:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    v.run(p, x)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                v.run(p, x)
-            out["graph"] = _time_ms(g.replay, gpu)
+        out["default"] = _time_ms(lambda: v.run(p, x), gpu)
+        out["info"] = {k: v_ for k, v_ in (getattr(p, "info", None) or {}).items() if isinstance(v_, (int, float, str, bool))}
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"[:1000]
     return out
+
+
+def profile(case, params: dict, w, args) -> dict:
+    """``host.task_profile`` of a traced launch (``trace: true``; the third launch, after two warm ones)."""
+    v = get_variant("dag")
+    p = v.prepare(case, w, **dict(params, spin_limit=args.spin_limit, trace=True, tune="off"))
+    x = make_input(case, 1.0, 0, device=w.device)
+    for _ in range(3):
+        v.run(p, x)
+    torch.cuda.synchronize()
+    host.check(p)
+    prof = host.task_profile(p)
+    kinds = " ".join(f"{k}:{d['work_mean']:.1f}/{d['model_mean']:.1f}+{d['wait_mean']:.1f}w"
+                     for k, d in prof["kinds"].items())
+    print(f"  {case.name}: traced kernel {prof['kernel_us']:.0f}us busy={prof['busy']:.2f} sms={prof['sms']} "
+          f"per-sm={prof['max_programs_per_sm']} | work/model+wait us: {kinds}", flush=True)
+    return prof
 
 
 def main(argv=None):
@@ -197,6 +212,7 @@ def main(argv=None):
     ap.add_argument("--margin", type=int, default=0, help="SPEC §4 margin: unseen inputs at the worst scale")
     ap.add_argument("--margin-configs", nargs="+", default=["default"], help="configs to margin-check (or precision)")
     ap.add_argument("--no-hybrid", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="also profile each config (trace: true, host.task_profile)")
     ap.add_argument("--case-budget", type=float, default=150.0, help="s per case before no new config starts")
     ap.add_argument("--budget", type=float, default=540.0, help="s for the call before no new config starts")
     ap.add_argument("--grace", type=float, default=120.0, help="s past a case's budget before the watchdog exits")
@@ -234,20 +250,20 @@ def main(argv=None):
         hyb = res.get("hybrid", {})
         for r in res["configs"]:
             table.append((case.name, r["config"], r.get("passed"), r.get("worst_over_tol"), r.get("median_ms"),
-                          hyb.get("plain", {}).get("median_ms"), hyb.get("graph", {}).get("median_ms"),
+                          hyb.get("default", {}).get("median_ms"),
                           r.get("info", {}).get("registers"), r.get("info", {}).get("spills"),
                           r.get("info", {}).get("occupancy"), (r.get("margin") or {}).get("worst_over_tol"),
                           r.get("error", "")[:60]))
         del w, refs
         if gpu:
             torch.cuda.empty_cache()
-    print(f"\n{'case':8} {'config':12} {'gate':5} {'err/tol':>8} {'dag ms':>8} {'hyb ms':>8} {'hybG ms':>8} "
-          f"{'x hybG':>6} {'regs':>4} {'spill':>5} {'occ':>3} {'margin':>6}  error")
-    for (cn, cfg, ok, worst, ms, hyb, hybg, regs, spills, occ, mg, err) in table:
+    print(f"\n{'case':8} {'config':12} {'gate':5} {'err/tol':>8} {'dag ms':>8} {'hyb ms':>8} "
+          f"{'x hyb':>6} {'regs':>4} {'spill':>5} {'occ':>3} {'margin':>6}  error")
+    for (cn, cfg, ok, worst, ms, hyb, regs, spills, occ, mg, err) in table:
         f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"
-        ratio = f"{hybg / ms:6.2f}" if isinstance(ms, float) and isinstance(hybg, float) else "     -"
+        ratio = f"{hyb / ms:6.2f}" if isinstance(ms, float) and isinstance(hyb, float) else "     -"
         print(f"{cn:8} {cfg:12} {str(ok)[:5]:5} {f(worst, '%8.3f')} {f(ms, '%8.4f')} {f(hyb, '%8.4f')} "
-              f"{f(hybg, '%8.4f')} {ratio} {f(regs, '%4d')} {f(spills, '%5d')} {f(occ, '%3d')} {f(mg, '%6.3f')}  {err}")
+              f"{ratio} {f(regs, '%4d')} {f(spills, '%5d')} {f(occ, '%3d')} {f(mg, '%6.3f')}  {err}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,19 @@ import triton.language as tl
 
 
 @triton.jit
+def globaltimer(x):
+    """%globaltimer (ns) as an int64 scalar (GPU only; ``x``: any int32 scalar, it only gives the shape)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64, is_pure=False,
+                                     pack=1)
+
+
+@triton.jit
+def smid(x):
+    """The SM the program runs on (%smid; GPU only; ``x``: any int32 scalar, it only gives the shape)."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def gelu_erf(x):
     """Exact GELU, as F.gelu(approximate='none'): x * 0.5 * (1 + erf(x / sqrt(2)))."""
     return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))

@@ -24,7 +24,7 @@ INT32_MAX = 2**31 - 1
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
-               check=("sync", "lazy"))
+               check=("sync", "lazy"), trace=(False, True))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit")
 
@@ -172,6 +172,7 @@ class DagPrepared:
     goal: torch.Tensor        # [n_counters] int32
     head: torch.Tensor        # [1] int32
     err: torch.Tensor         # [2] int32
+    trace: torch.Tensor       # trace: [tasks, 4] int64 (kernel.py, trace_ptr), else a 1-element dummy
     qk_scale: float
     spin_limit: int
     epoch: int = 0            # launches since the counters were last zeroed
@@ -263,7 +264,7 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
                 SCHEME_QKV=t.scheme_qkv, SCHEME_O=t.scheme_o, SCHEME_FFN1=t.scheme_ffn1, SCHEME_FFN2=t.scheme_ffn2,
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
-                WGMMA_CHAIN=o["wgmma_chain"])
+                WGMMA_CHAIN=o["wgmma_chain"], TRACE=bool(o["trace"]))
 
 
 def compile_context(o: dict):
@@ -281,7 +282,7 @@ def _launch_args(p: DagPrepared, x: torch.Tensor, y: torch.Tensor, spin: int | N
     T = p.tensors
     names = _dag_fwd.arg_names
     vals = dict(T, x_ptr=x, y_ptr=y, tab_ptr=p.tab, order_ptr=p.order, ctr_ptr=p.ctr, goal_ptr=p.goal,
-                head_ptr=p.head, err_ptr=p.err, n_tasks=len(p.graph.tasks), epoch=max(1, p.epoch),
+                head_ptr=p.head, err_ptr=p.err, trace_ptr=p.trace, n_tasks=len(p.graph.tasks), epoch=max(1, p.epoch),
                 spin_limit=p.spin_limit if spin is None else spin, qk_scale=p.qk_scale)
     return [vals[n] for n in names[:names.index("B")]]
 
@@ -323,6 +324,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     gpu = dev.type == "cuda" and not interpreting()
     if dev.type == "cuda" and interpreting():
         raise Unsupported("dag: TRITON_INTERPRET=1 runs the kernel on the CPU; pass CPU weights")
+    if o["trace"] and not gpu:
+        raise ParameterError("dag: trace=true reads the GPU's %globaltimer; it needs CUDA without TRITON_INTERPRET")
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if gpu else 1
     slots = n_sm * o["ctas_per_sm"]
     grid = o["grid"] or slots
@@ -341,7 +344,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
                                            else torch.zeros(1, dtype=torch.int32)).to(dev),
         ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
         goal=torch.tensor(g.goals, dtype=torch.int32, device=dev), head=torch.zeros(1, dtype=torch.int32, device=dev),
-        err=torch.zeros(2, dtype=torch.int32, device=dev), qk_scale=math.log2(math.e) / math.sqrt(case.dh),
+        err=torch.zeros(2, dtype=torch.int32, device=dev),
+        trace=torch.zeros(*((len(g.tasks), 4) if o["trace"] else (1,)), dtype=torch.int64, device=dev), qk_scale=math.log2(math.e) / math.sqrt(case.dh),
         spin_limit=o["spin_limit"])
     p.info = dict(grid=grid, tiling=t.__dict__, **G.summary(g, grid))
     if gpu:
@@ -397,6 +401,36 @@ def _raise_timeout(p: DagPrepared, bad: int, task: int):
     raise RuntimeError(f"dag: {bad} dependency wait(s) gave up after spin_limit={p.spin_limit} polls (last: task "
                        f"{task}, {name}); the output is wrong. A schedule that cannot finish (grid not co-resident, "
                        "a graph bug) or a spin_limit too small for the GPU")
+
+
+def task_profile(p: DagPrepared) -> dict:
+    """Where the last traced launch (``trace: true``) spent its time, from the per-task %globaltimer stamps (µs):
+    the kernel (first ticket to last task done); per task kind the count, the mean and total wait (ticket to
+    counters complete) and work (counters complete to signalled); the programs' busy fraction (work / (grid x
+    kernel)); the SMs used and programs per SM."""
+    if not p.meta["TRACE"]:
+        raise ValueError("dag: task_profile needs a launch prepared with trace=true")
+    t = p.trace.double().cpu()
+    t0 = float(t[:, 0].min())
+    kernel = (float(t[:, 2].max()) - t0) / 1e3
+    wait, work = (t[:, 1] - t[:, 0]) / 1e3, (t[:, 2] - t[:, 1]) / 1e3
+    kinds = {}
+    for i, task in enumerate(p.graph.tasks):
+        kinds.setdefault(G.KINDS[task.kind], []).append(i)
+    per = {}
+    for k, idx in kinds.items():
+        w, r = wait[idx], work[idx]
+        per[k] = dict(n=len(idx), wait_mean=float(w.mean()), wait_total=float(w.sum()), work_mean=float(r.mean()),
+                      work_max=float(r.max()), work_total=float(r.sum()),
+                      model_mean=sum(p.graph.tasks[i].cost for i in idx) / len(idx))
+    sm = (p.trace[:, 3].cpu() & 0xFFFF)
+    prog = (p.trace[:, 3].cpu() >> 16)
+    per_sm = {}
+    for s_, g_ in zip(sm.tolist(), prog.tolist()):
+        per_sm.setdefault(s_, set()).add(g_)
+    return dict(kernel_us=kernel, start_skew_us=(float(t[:, 0].min()) - t0) / 1e3, grid=p.grid,
+                busy=float(work.sum()) / (p.grid * kernel), wait_total=float(wait.sum()), work_total=float(work.sum()),
+                sms=len(per_sm), max_programs_per_sm=max(len(v) for v in per_sm.values()), kinds=per)
 
 
 def validate_input(p: DagPrepared, x) -> None:

@@ -31,7 +31,8 @@ import triton
 import triton.language as tl
 
 from ..common.task_sync import signal_counter, wait_counter
-from ..common.tl_helpers import dot_split, gelu_erf, gelu_log2poly, layernorm_rows, split_bf16, split_f16
+from ..common.tl_helpers import (dot_split, gelu_erf, gelu_log2poly, globaltimer, layernorm_rows, smid, split_bf16,
+                                 split_f16)
 
 LN_EPS = tl.constexpr(1e-5)
 TASK_HEADER = tl.constexpr(8)  # kind, layer, a, b, c, waits, signals, (unused); then the wait ids, then the signal ids
@@ -394,6 +395,8 @@ def _dag_fwd(
     goal_ptr,               # [n_counters] int32 signals per counter per launch
     head_ptr,               # [1] int32 queue head (QUEUE queue; monotonic across launches)
     err_ptr,                # [2] int32: waits that gave up, the last task that gave up
+    trace_ptr,              # TRACE: [n_tasks, 4] int64 per task: ticket, wait done, task done (%globaltimer ns),
+                            # program << 16 | SM; else unused
     n_tasks,                # tasks in the graph
     epoch,                  # launches so far, this one included (>= 1)
     spin_limit,             # polls before a wait gives up
@@ -409,6 +412,7 @@ def _dag_fwd(
     GELU: tl.constexpr, QUEUE: tl.constexpr, MAX_WAITS: tl.constexpr, MAX_SIGNALS: tl.constexpr,
     TASK_WIDTH: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PREC: tl.constexpr, GPU: tl.constexpr,
     WGMMA_CHAIN: tl.constexpr,  # (compile-time pass choice, host.compile_context: part of the cache key only)
+    TRACE: tl.constexpr,    # stamp every task into trace_ptr (host.task_profile; GPU only)
 ):
     M: tl.constexpr = B * S
     pid = tl.program_id(0)
@@ -431,7 +435,11 @@ def _dag_fwd(
         b = tl.load(row + 3)
         c = tl.load(row + 4)
         z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_rows)
+        if TRACE:
+            tl.store(trace_ptr + 4 * t, globaltimer(pid))
         _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
+        if TRACE:
+            tl.store(trace_ptr + 4 * t + 1, globaltimer(pid))
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, z, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr, ln1w_ptr,
                      ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, SCHEME_QKV,
@@ -451,6 +459,9 @@ def _dag_fwd(
                                SCHEME_FFN2, GELU, DOT_PREC,
                                NUM_STAGES, GPU)
         _signal_task(row, ctr_ptr, MAX_WAITS, MAX_SIGNALS, GPU)
+        if TRACE:
+            tl.store(trace_ptr + 4 * t + 2, globaltimer(pid))
+            tl.store(trace_ptr + 4 * t + 3, (pid.to(tl.int64) << 16) | smid(pid).to(tl.int64))
         if QUEUE == "queue":
             pos = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
         else:

@@ -27,18 +27,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tl_helpers import (dot_split, gelu_log2poly, group_barrier, layernorm_rows, spin_flags, split_bf16_trunc,
-                                 split_f16)
+from ..common.tl_helpers import (dot_split, gelu_log2poly, globaltimer as _now, group_barrier, layernorm_rows,
+                                 spin_flags, split_bf16_trunc, split_f16)
 
 LN_EPS = tl.constexpr(1e-5)
 WEIGHT_ROWS = tl.constexpr(2)  # presplit weight rows per fp32 row: hi, lo (an f16_w1 weight: one fp16 row)
-
-
-@triton.jit
-def _now(x):
-    """%globaltimer (ns) as an int64 scalar (GPU only; ``x``: any int32 scalar, it only gives the shape)."""
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64, is_pure=False,
-                                     pack=1)
 
 
 @triton.jit
