@@ -47,6 +47,13 @@ CONFIGS = {
     "sk8": dict(split_k_o=8, split_k_ffn2=8),
     "nw8_bn128": dict(num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
     "chain_wait": dict(wgmma_chain="wait"),
+    "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
+    "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
+    "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),
+    "bn128_s2_cps2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
+                          ctas_per_sm=2),
+    "bn128_s2_ln4_cps2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
+                              ctas_per_sm=2, block_m_ln=4, ln_chunk=4096),
     "bn128_cps2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, ctas_per_sm=2),
     # 128 x 128 tiles on two warpgroups: half the operand traffic per MMA of 64 x 128
     "t128": dict(block_m=128, num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128,

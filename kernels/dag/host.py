@@ -25,7 +25,7 @@ MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kerne
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
                check=("sync", "lazy"), trace=(False, True))
-INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "block_k", "block_n_qkv",
+INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit")
 
 
@@ -254,7 +254,7 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
     bd = triton.next_power_of_2(case.D)
     site, site_bn, site_scheme = gemm_sites(t)
     return dict(B=case.B, S=case.S, D=case.D, H=case.H, DH=case.dh, CAUSAL=bool(case.causal), GRID=grid,
-                BLOCK_M=t.block_m, BLOCK_M_LN=t.block_m_ln, LN_ROWS=max(1, min(t.block_m_ln, 2048 // bd)),
+                BLOCK_M=t.block_m, BLOCK_M_LN=t.block_m_ln, LN_ROWS=max(1, min(t.block_m_ln, o["ln_chunk"] // bd)),
                 BLOCK_K=t.block_k, K_CHUNK_O=G.k_chunk(case.D, t.split_k_o, t.block_k),
                 K_CHUNK_FFN2=G.k_chunk(4 * case.D, t.split_k_ffn2, t.block_k),
                 BLOCK_Q=t.block_q, BLOCK_KV=t.block_kv, BDH=max(16, triton.next_power_of_2(case.dh)), BD=bd,
