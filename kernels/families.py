@@ -45,6 +45,13 @@ AUTO_PARAMS = _auto_defaults()
 DEFAULT_ROUTE = dict(AUTO_PARAMS["route"])
 
 
+def route_for(case: Case, route: dict | None = None) -> str:
+    """The variant ``auto`` runs ``case`` on: ``route`` (over auto.yaml's) maps a family, or a case by name (which
+    wins over its family: a case its family does not win on the GPU), to a variant name."""
+    r = dict(DEFAULT_ROUTE, **(route or {}))
+    return r.get(case.name, r[case.family])
+
+
 @dataclass
 class AutoPrepared:
     variant: Variant
@@ -59,10 +66,10 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, tune:
     ``per_variant[name]`` holds that variant's parameters (``variant.params.seqres.num_warps=4`` in Hydra).
     ``tune``, ``tuned_file`` and ``search_space`` (``kernels/tuning.py``), where given, reach the routed family."""
     check_auto_params(route, per_variant)
-    name = dict(DEFAULT_ROUTE, **(route or {}))[case.family]
+    name = route_for(case, route)
     if name not in list_variants():
         why = IMPORT_ERRORS.get(name, "not registered")
-        raise Unsupported(f"auto routes family {case.family!r} to {name!r}: {why}")
+        raise Unsupported(f"auto routes {case.name} (family {case.family!r}) to {name!r}: {why}")
     v = get_variant(name)
     params = dict(per_variant.get(name) or {})
     given = (("tune", tune), ("tuned_file", tuned_file), ("search_space", search_space))
@@ -73,12 +80,14 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, tune:
 def check_auto_params(route, per_variant: dict) -> None:
     """``route`` maps families to variant names; every other parameter is a variant's block (a mapping of its
     parameters, which that variant checks when ``auto`` routes a case to it)."""
+    from .cases import list_cases
     if route is not None and not isinstance(route, dict):
-        raise ParameterError(f"auto: route={route!r} must map a family ({', '.join(FAMILIES)}) to a variant name")
-    for fam, name in (route or {}).items():
-        if fam not in FAMILIES or not isinstance(name, str):
-            raise ParameterError(f"auto: route.{fam}={name!r}: route maps a family ({', '.join(FAMILIES)}) to a "
-                                 "variant name")
+        raise ParameterError(f"auto: route={route!r} must map a family ({', '.join(FAMILIES)}) or a case name to a "
+                             "variant name")
+    for key, name in (route or {}).items():
+        if (key not in FAMILIES and key not in list_cases()) or not isinstance(name, str):
+            raise ParameterError(f"auto: route.{key}={name!r}: route maps a family ({', '.join(FAMILIES)}) or a case "
+                                 "name (python -m workflow.run --list) to a variant name")
     check_names("auto", per_variant, set(AUTO_PARAMS) | set(list_variants(kind="ours")))
     for name, block in per_variant.items():
         if block is not None and not isinstance(block, dict):

@@ -208,8 +208,8 @@ def test_bad_parameters_name_the_parameter_and_allowed_values():
         host.prepare(c, w, split_k_o=0)
     with pytest.raises(ValueError, match="num_warps"):
         host.prepare(c, w, num_warps="4")
-    with pytest.raises(ValueError, match="grid=2 exceeds"):
-        host.prepare(c, w, grid=2)
+    with pytest.raises(ValueError, match="grid=2 exceeds.*ctas_per_sm=1"):
+        host.prepare(c, w, grid=2, ctas_per_sm=1)
     with pytest.raises(ValueError, match="block_m_ln"):
         host.prepare(c, w, block_m_ln=24)
 

@@ -328,7 +328,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
         raise ParameterError("dag: trace=true reads the GPU's %globaltimer; it needs CUDA without TRITON_INTERPRET")
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if gpu else 1
     slots = n_sm * o["ctas_per_sm"]
-    grid = o["grid"] or slots
+    grid = o["grid"] or (slots if gpu else 1)  # the interpreter runs programs one after another: one is enough
     if o["grid"] > slots:
         raise ParameterError(f"dag: grid={o['grid']} exceeds {n_sm} SMs x ctas_per_sm={o['ctas_per_sm']} = {slots} "
                          "co-resident programs; lower grid or raise ctas_per_sm")

@@ -7,6 +7,7 @@
 #   gpu=<type>                            one GPU type for every stage (e.g. gpu=h200 on a local H200)
 #   cases=[...] / variants=[...]          replace the matrix's case / variant selection
 #   ncu=true|false                        add / drop the ncu stage (default: the matrix's ncu_variants)
+#   ncu_variants=[...]                    replace the matrix's ncu_variants (those among the run's variants)
 #   overrides=[...]                       Hydra overrides for every job (results under outputs/tag/<tag>/; which
 #                                         overrides are tagged: workflow/tags.py, the same rule as a job by hand)
 #   tag=<name>                            the tag of an override run (default: derived from the overrides)
@@ -229,8 +230,8 @@ def load_matrix(cfg: dict) -> dict:
                                 f"valid: {', '.join(GPU_TYPES)} (config/gpu/*.yaml)")
     cases = expand_cases(cfg["cases"] if "cases" in cfg else m.get("cases", "all"))
     variants = expand_variants(cfg["variants"] if "variants" in cfg else m.get("variants", "all"))
-    ncu_variants = [v for v in expand_variants(m.get("ncu_variants") or []) if v in variants] \
-        if m.get("ncu_variants") else []
+    nv = cfg["ncu_variants"] if "ncu_variants" in cfg else m.get("ncu_variants")
+    ncu_variants = [v for v in expand_variants(nv) if v in variants] if nv else []
     ncu = config_bool(cfg.get("ncu", None), "ncu")
     if ncu is False:
         ncu_variants = []

@@ -19,12 +19,11 @@ from .common import environment, log
 
 def _family(cfg, case) -> str:
     """The kernel family whose block the job writes: the variant's impl, or auto's route for the case."""
-    from kernels.families import DEFAULT_ROUTE
+    from kernels.families import route_for
     impl = cfg.variant.impl
     if impl != "auto":
         return impl
-    route = dict(DEFAULT_ROUTE, **dict(cfg.variant.params.get("route") or {}))
-    return route[case.family]
+    return route_for(case, dict(cfg.variant.params.get("route") or {}))
 
 
 def committed(cfg, case, device) -> tuple[dict, str]:
