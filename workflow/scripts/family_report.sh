@@ -9,9 +9,11 @@ root=${1:-docs/results/h200/raw}; out=${2:-docs/results/h200}
 py=${PYTHON:-python}
 peers="eager eager_sdpa nn compile_default_fp32 compile_reduce-overhead_fp32 compile_default_tf32 compile_reduce-overhead_tf32"
 cases_of() { "$py" -c "from kernels import list_cases; print(' '.join(list_cases(smoke=False, family='$1')))"; }
+# the dag family's report also shows the dag kernel and the CUDA-graph hybrid side by side (auto runs one of them)
+extra() { [ "$1" = dag ] && echo "dag hybrid" || true; }
 for fam in seqres dag hybrid; do
   cs=$(cases_of $fam)
-  "$py" -m workflow.report --root "$root" --gpu h200 --ncu-gpu h200 --strict --cases $cs --variants auto $peers \
+  "$py" -m workflow.report --root "$root" --gpu h200 --ncu-gpu h200 --strict --cases $cs --variants auto $(extra $fam) $peers \
     --out-dir "$out/$fam" --title "$fam family: cases $(echo $cs | sed 's/case0*//g; s/ /, /g')"
 done
 # every case in one report: auto's headline over the whole study
