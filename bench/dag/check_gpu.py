@@ -65,6 +65,9 @@ CONFIGS = {
     "f16_ffn2": dict(scheme_ffn2="f16_w1"),
     "f16_ffn12": dict(scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
     "f16_o_ffn2": dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
+    "bn128_s2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2),
+    "bn128_s2_f16_ffn1": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
+                              scheme_ffn1="f16_w1"),
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
