@@ -259,3 +259,14 @@ def test_mixed_schemes_and_widths_compile_for_sm90():
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "gemm_sites=3" in out.stdout and "spills=0/0" in out.stdout
+
+
+def test_trace_needs_the_gpu_and_task_profile_needs_a_traced_launch():
+    """``trace: true`` reads %globaltimer (GPU only): refused in the interpreter with the reason; ``task_profile`` of
+    an untraced launch says what to set."""
+    c = load_case("smoke2")
+    w = make_weights(c)
+    with pytest.raises(ValueError, match="trace=true.*GPU"):
+        host.prepare(c, w, trace=True)
+    with pytest.raises(ValueError, match="trace=true"):
+        host.task_profile(host.prepare(c, w))

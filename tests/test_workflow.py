@@ -122,6 +122,13 @@ def test_full_matrix_has_14_cases_and_ncu_only_for_auto(repo):
     assert set(re.findall(r"outputs/ncu/h100_96/case\d\d/(\w+)\.json", text)) == {"auto"}
 
 
+def test_ncu_variants_key_replaces_the_matrix_choice(repo):
+    counts, text = dry(repo, "--config", "matrix=families", "cases=[case02,case12]", "variants=[auto,dag]",
+                       "ncu_variants=[dag]")
+    assert counts["ncu"] == 2
+    assert set(re.findall(r"outputs/ncu/\w+/case\d\d/(\w+)\.json", text)) == {"dag"}
+
+
 def test_auto_matrix_is_smoke_without_a_gpu(repo):
     auto, _ = dry(repo)
     smoke, _ = dry(repo, "--config", "matrix=smoke")
