@@ -231,6 +231,16 @@ def test_an_ill_typed_config_value_is_refused_before_any_work_naming_the_key(ove
     assert not any(tmp_path.rglob("*.json"))
 
 
+@pytest.mark.parametrize("override, shown", [("case.B=8", "case.B=8"), ("case.causal=true", "case.causal=True"),
+                                             ("+case.extra=1", "case.extra=1")])
+def test_an_override_of_a_case_field_is_refused_naming_it(override, shown, tmp_path):
+    """Stages load the case by name (SPEC data): a changed field would be ignored, so it is an error."""
+    cfg = _compose("stage=correctness", "case=smoke1", "variant=eager", "gpu=cpu", f"output_root={tmp_path}", override)
+    with pytest.raises(SystemExit, match=rf"error: case fields cannot be overridden \({shown};"):
+        run_job(cfg, [override])
+    assert not any(tmp_path.rglob("*.json"))
+
+
 @pytest.mark.parametrize("variant, override", [
     ("eager", "+variant.params.bogus=1"), ("seqres", "+variant.params.bogus=1"), ("hybrid", "+variant.params.bogus=1"),
     ("dag", "+variant.params.bogus=1"), ("auto", "+variant.params.seqres.bogus=1"),

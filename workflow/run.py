@@ -93,6 +93,23 @@ def result_path(cfg: DictConfig, tag: str | None = None) -> Path:
     return base / stage / parts[0] / parts[1] / f"{parts[2]}.{ext}"
 
 
+def check_case_unchanged(cfg: DictConfig) -> None:
+    """A case is SPEC data (config/case/<name>.yaml) that every stage loads by name: an override of one of its
+    fields (``case.B=8``) would be ignored, so it is refused with the fields named."""
+    import yaml
+    path = Path(__file__).resolve().parent.parent / "config" / "case" / f"{cfg.case.name}.yaml"
+    if not path.is_file():
+        return
+    want = yaml.safe_load(path.read_text()) or {}
+    got = OmegaConf.to_container(cfg.case, resolve=True)
+    changed = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    if changed:
+        shown = ", ".join(f"case.{k}={got.get(k)!r}" for k in changed)
+        raise SystemExit(f"error: case fields cannot be overridden ({shown}; {path.name} says "
+                         f"{', '.join(f'{k}={want.get(k)!r}' for k in changed)}): every stage loads the case by name. "
+                         "Add a case config under config/case/ and pass case=<its name>")
+
+
 def validate(cfg: DictConfig) -> None:
     """Everything checked before any work: the stage, the config's types, the tag, ``out=``, the GPU type."""
     from .schemas import check_job_config
@@ -104,6 +121,7 @@ def validate(cfg: DictConfig) -> None:
             check_tag(cfg.tag)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    check_case_unchanged(cfg)
     if cfg.out and Path(cfg.out).is_dir():
         raise SystemExit(f"error: out={cfg.out} is a directory; out= names the result file, e.g. "
                          f"out={Path(cfg.out) / 'result.json'}")
