@@ -115,6 +115,9 @@ def search_space(family: str, path: str | os.PathLike | None = None) -> list[dic
         return [dict(c) for c in (yaml.safe_load(f) or {}).get("candidates") or []]
 
 
+_SAID: set = set()  # (family, tuned file) pairs whose "no tuned parameters" line was printed
+
+
 def resolve(family: str, case: Case, device, params: dict, defaults: dict) -> tuple[str, dict, dict]:
     """(mode, parameters to use, info) for ``prepare``. ``params`` may hold ``tune`` (a mode) and
     ``tuned_file`` (a path; default ``config/tuned/<gpu>/<case>.yaml`` for this device's GPU type) and
@@ -142,9 +145,11 @@ def resolve(family: str, case: Case, device, params: dict, defaults: dict) -> tu
     info["file"] = str(path)
     block = read_block(Path(path), family, set(defaults))
     if block is None:
-        print(f"[{family}] no tuned parameters for {case.name} in {path}: the family defaults. Tune it for "
-              f"this GPU: snakemake --config tune=search gpu=<type> outputs/tuned/<type>/{case.name}/{family}.yaml",
-              file=sys.stderr, flush=True)
+        if (family, str(path)) not in _SAID:  # once per process (the margin check prepares again per weight seed)
+            _SAID.add((family, str(path)))
+            print(f"[{family}] no tuned parameters for {case.name} in {path}: the family defaults. Tune it for "
+                  f"this GPU: snakemake --config tune=search gpu=<type> outputs/tuned/<type>/{case.name}/{family}.yaml",
+                  file=sys.stderr, flush=True)
         return mode, params, info
     explicit = {k: v for k, v in params.items() if k in defaults and v != defaults[k]}
     tuned = dict(block["params"])

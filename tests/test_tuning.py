@@ -187,3 +187,16 @@ def test_the_gpu_type_sets_the_triton_cache_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_CACHE_DIR", "/site/cache")  # the job's own environment wins
     gpu_environment(OmegaConf.create({"gpu": {"device": "cuda", "triton_cache_dir": "/elsewhere"}}))
     assert os.environ["TRITON_CACHE_DIR"] == "/site/cache"
+
+
+def test_no_tuned_file_is_said_once_per_process(tmp_path, capsys):
+    """A missing tuned file means the family defaults and one log line naming the file and how to tune, not one
+    per prepare (the margin check prepares again for every weight seed)."""
+    from kernels import load_case
+    from kernels.dag.host import DEFAULTS
+    missing = tmp_path / "none.yaml"
+    for _ in range(3):
+        mode, params, info = tuning.resolve("dag", load_case("smoke2"), "cpu", {"tuned_file": str(missing)}, DEFAULTS)
+        assert mode == "committed" and info["file"] == str(missing) and "params" not in info
+    err = capsys.readouterr().err
+    assert err.count("no tuned parameters") == 1 and "tune=search" in err
