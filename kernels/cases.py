@@ -23,6 +23,13 @@ def config_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
 
 
+def variant_params(name: str) -> dict:
+    """The ``params`` of ``config/variant/<name>.yaml``: the one place a variant's defaults live (each family's
+    ``prepare`` reads its own, ``auto`` its route)."""
+    with open(config_dir() / "variant" / f"{name}.yaml") as f:
+        return dict(yaml.safe_load(f)["params"])
+
+
 @dataclass(frozen=True)
 class Case:
     name: str

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .cases import FAMILIES, Case
+from .cases import FAMILIES, Case, list_cases, variant_params
 from .registry import IMPORT_ERRORS, Unsupported, Variant, get_variant, list_variants, register
 from .validate import ParameterError, check_names
 from .weights import Weights
@@ -32,16 +32,7 @@ for _fam in FAMILIES:
     _import_family(_fam)
 
 
-def _auto_defaults() -> dict:
-    """``config/variant/auto.yaml``'s params: the one source of ``auto``'s route (family -> variant)."""
-    import yaml
-
-    from .cases import config_dir
-    with open(config_dir() / "variant" / "auto.yaml") as f:
-        return dict(yaml.safe_load(f)["params"])
-
-
-AUTO_PARAMS = _auto_defaults()
+AUTO_PARAMS = variant_params("auto")  # the one source of auto's route (family or case -> variant)
 DEFAULT_ROUTE = dict(AUTO_PARAMS["route"])
 
 
@@ -80,7 +71,6 @@ def _prepare_auto(case: Case, weights: Weights, route: dict | None = None, tune:
 def check_auto_params(route, per_variant: dict) -> None:
     """``route`` maps families to variant names; every other parameter is a variant's block (a mapping of its
     parameters, which that variant checks when ``auto`` routes a case to it)."""
-    from .cases import list_cases
     if route is not None and not isinstance(route, dict):
         raise ParameterError(f"auto: route={route!r} must map a family ({', '.join(FAMILIES)}) or a case name to a "
                              "variant name")

@@ -52,13 +52,16 @@ def task_overrides() -> list[str]:
         return []
 
 
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+
+
 def compose(overrides: list[str]) -> DictConfig:
     """config/config.yaml composed with ``overrides`` (inside ``@hydra.main`` or not)."""
     from hydra import compose as _compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     if GlobalHydra.instance().is_initialized():
         return _compose(config_name="config", overrides=list(overrides))
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "config"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return _compose(config_name="config", overrides=list(overrides))
 
 
@@ -97,7 +100,7 @@ def check_case_unchanged(cfg: DictConfig) -> None:
     """A case is SPEC data (config/case/<name>.yaml) that every stage loads by name: an override of one of its
     fields (``case.B=8``) would be ignored, so it is refused with the fields named."""
     import yaml
-    path = Path(__file__).resolve().parent.parent / "config" / "case" / f"{cfg.case.name}.yaml"
+    path = CONFIG_DIR / "case" / f"{cfg.case.name}.yaml"
     if not path.is_file():
         return
     want = yaml.safe_load(path.read_text()) or {}

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 import triton
-import yaml
 
-from ..cases import Case, config_dir
+from ..cases import Case, variant_params
 from ..common.occupancy import occupancy
 from ..common.split import split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
@@ -29,13 +28,7 @@ INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit")
 
 
-def _yaml_defaults() -> dict:
-    """The parameters of ``config/variant/dag.yaml``: the one place defaults live."""
-    with open(config_dir() / "variant" / "dag.yaml") as f:
-        return dict(yaml.safe_load(f)["params"])
-
-
-DEFAULTS = _yaml_defaults()
+DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
 
 
 def interpreting() -> bool:
@@ -296,9 +289,6 @@ def compile_only(p: DagPrepared):
     return k
 
 
-TUNING_KEYS = tuning.TUNING_KEYS
-
-
 def prepare(case: Case, weights: Weights, **params) -> DagPrepared:
     """``prepare_one`` with the parameters ``tune`` picks (``kernels/tuning.py``): ``committed`` (default) this GPU's
     ``config/tuned/<gpu>/<case>.yaml``, ``search`` the fastest of ``config/search/dag.yaml``'s candidates (CUDA),
@@ -312,7 +302,7 @@ def prepare(case: Case, weights: Weights, **params) -> DagPrepared:
 
 def rebind(p: DagPrepared, weights: Weights) -> DagPrepared:
     """The configuration ``p`` runs, prepared with other weights (``Variant.rebind``)."""
-    return prepare_one(p.case, weights, **{k: v for k, v in p.params.items() if k not in TUNING_KEYS})
+    return prepare_one(p.case, weights, **{k: v for k, v in p.params.items() if k not in tuning.TUNING_KEYS})
 
 
 def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
@@ -345,8 +335,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
         ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
         goal=torch.tensor(g.goals, dtype=torch.int32, device=dev), head=torch.zeros(1, dtype=torch.int32, device=dev),
         err=torch.zeros(2, dtype=torch.int32, device=dev),
-        trace=torch.zeros(*((len(g.tasks), 4) if o["trace"] else (1,)), dtype=torch.int64, device=dev), qk_scale=math.log2(math.e) / math.sqrt(case.dh),
-        spin_limit=o["spin_limit"])
+        trace=torch.zeros(*((len(g.tasks), 4) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
+        qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=o["spin_limit"])
     p.info = dict(grid=grid, tiling=t.__dict__, **G.summary(g, grid))
     if gpu:
         p.kernel = compile_only(p)
@@ -407,10 +397,11 @@ def task_profile(p: DagPrepared) -> dict:
     """Where the last traced launch (``trace: true``) spent its time, from the per-task %globaltimer stamps (µs):
     the kernel (first ticket to last task done); per task kind the count, the mean and total wait (ticket to
     counters complete) and work (counters complete to signalled); the programs' busy fraction (work / (grid x
-    kernel)); the SMs used and programs per SM."""
+    kernel)); the spread of the programs' first tickets; the SMs used and programs per SM."""
     if not p.meta["TRACE"]:
         raise ValueError("dag: task_profile needs a launch prepared with trace=true")
-    t = p.trace.double().cpu()
+    raw = p.trace.cpu()
+    t = raw.double()
     t0 = float(t[:, 0].min())
     kernel = (float(t[:, 2].max()) - t0) / 1e3
     wait, work = (t[:, 1] - t[:, 0]) / 1e3, (t[:, 2] - t[:, 1]) / 1e3
@@ -423,12 +414,11 @@ def task_profile(p: DagPrepared) -> dict:
         per[k] = dict(n=len(idx), wait_mean=float(w.mean()), wait_total=float(w.sum()), work_mean=float(r.mean()),
                       work_max=float(r.max()), work_total=float(r.sum()),
                       model_mean=sum(p.graph.tasks[i].cost for i in idx) / len(idx))
-    sm = (p.trace[:, 3].cpu() & 0xFFFF)
-    prog = (p.trace[:, 3].cpu() >> 16)
-    per_sm = {}
-    for s_, g_ in zip(sm.tolist(), prog.tolist()):
+    per_sm, first = {}, {}
+    for s_, g_, t_ in zip((raw[:, 3] & 0xFFFF).tolist(), (raw[:, 3] >> 16).tolist(), t[:, 0].tolist()):
         per_sm.setdefault(s_, set()).add(g_)
-    return dict(kernel_us=kernel, start_skew_us=(float(t[:, 0].min()) - t0) / 1e3, grid=p.grid,
+        first[g_] = min(first.get(g_, t_), t_)
+    return dict(kernel_us=kernel, start_skew_us=(max(first.values()) - t0) / 1e3, grid=p.grid,
                 busy=float(work.sum()) / (p.grid * kernel), wait_total=float(wait.sum()), work_total=float(work.sum()),
                 sms=len(per_sm), max_programs_per_sm=max(len(v) for v in per_sm.values()), kinds=per)
 

@@ -436,7 +436,7 @@ def _dag_fwd(
         a = tl.load(row + 2)
         b = tl.load(row + 3)
         c = tl.load(row + 4)
-        z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_rows)
+        z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_task)
         if TRACE:
             tl.store(trace_ptr + 4 * t, globaltimer(pid))
         _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)

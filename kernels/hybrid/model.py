@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import tuning
-from ..cases import Case, config_dir
+from ..cases import Case, variant_params
 from ..reference import LN_EPS, fp32_matmul
 from ..registry import Unsupported
 from ..validate import (ParameterError, check_input, check_names, check_params, check_value, check_weights, integer,
@@ -124,14 +124,7 @@ def per_head_dim(value, dh: int) -> int:
     raise ParameterError(f"hybrid: no entry for head dim {dh} (nor 'default') in {value}")
 
 
-def _yaml_defaults() -> dict:
-    """The parameters of ``config/variant/hybrid.yaml``: the one place defaults live."""
-    import yaml
-    with open(config_dir() / "variant" / "hybrid.yaml") as f:
-        return dict(yaml.safe_load(f)["params"])
-
-
-DEFAULTS = _yaml_defaults()
+DEFAULTS = variant_params("hybrid")  # config/variant/hybrid.yaml: the one place defaults live
 # what each parameter may take (gemm, overrides: layer_settings; the attention tiles may also be per head dim)
 SPEC = {
     "attention": one_of(*ATTENTION), "qk_prec": one_of(*PRECISIONS), "pv_prec": one_of(*PRECISIONS),

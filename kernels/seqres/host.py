@@ -11,13 +11,11 @@ import torch
 import triton
 from triton.runtime.errors import OutOfResources
 
-import yaml
-
 from ..common.occupancy import ctas_per_sm_limit, occupancy  # noqa: F401 (re-exported for the lab tools)
 from ..common.split import split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
-from ..cases import Case, config_dir
+from ..cases import Case, variant_params
 from ..registry import Unsupported
 from ..validate import ParameterError, check_input, check_params, check_weights, integer, number, one_of, text
 from ..weights import Weights
@@ -96,13 +94,7 @@ def _split_bf16(w: torch.Tensor, as_fp32: bool) -> tuple[torch.Tensor, torch.Ten
     return (hi.float().contiguous(), lo.float().contiguous()) if as_fp32 else (hi.contiguous(), lo.contiguous())
 
 
-def _yaml_defaults() -> dict:
-    """The parameters of ``config/variant/seqres.yaml``: the one place defaults live."""
-    with open(config_dir() / "variant" / "seqres.yaml") as f:
-        return dict(yaml.safe_load(f)["params"])
-
-
-DEFAULTS = _yaml_defaults()
+DEFAULTS = variant_params("seqres")  # config/variant/seqres.yaml: the one place defaults live
 
 
 def wide_block_n(want, block_n: int, M: int, N: int, R: int, BM: int) -> int:
