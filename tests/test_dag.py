@@ -137,8 +137,9 @@ def test_odd_shape_passes_gate_all_scales():
     _check(ODD, seeds=[0])
 
 
-@pytest.mark.parametrize("params", [dict(queue="static"), TILINGS[1], dict(scheme_o="f16_w1", scheme_ffn2="f16_w1")],
-                         ids=["static", "narrow", "f16_w1"])
+@pytest.mark.parametrize("params", [dict(queue="static"), TILINGS[1], dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
+                                    dict(prefetch=True, prefetch_ahead=5, scheme_ffn1="f16_w1")],
+                         ids=["static", "narrow", "f16_w1", "prefetch"])
 def test_other_schedules_pass_gate(params):
     _check(ODD_CAUSAL, params, scales=[1e-2], seeds=[0])
 
@@ -255,10 +256,14 @@ def test_mixed_schemes_and_widths_compile_for_sm90():
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-m", "bench.dag.aot_check", "smoke2", "--param", "scheme_ffn2=f16_w1",
-                          "--param", "block_n_o=32"], capture_output=True, text=True, env=env, timeout=600,
+                          "--param", "block_n_o=32", "--param", "prefetch=true", "--param", "prefetch_ahead=8"],
+                         capture_output=True, text=True, env=env, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "gemm_sites=3" in out.stdout and "spills=0/0" in out.stdout
+    # the weights' L2 prefetch: per prefetch site (own task, task ahead) 3 of the 4 GEMM kinds on bf16x3 + 1 on f16_w1
+    # = 7 (a bulk prefetch per part; the asm is one UBLKPF per part)
+    assert "UBLKPF=14" in out.stdout, out.stdout
 
 
 def test_trace_needs_the_gpu_and_task_profile_needs_a_traced_launch():
