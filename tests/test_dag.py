@@ -275,3 +275,22 @@ def test_trace_needs_the_gpu_and_task_profile_needs_a_traced_launch():
         host.prepare(c, w, trace=True)
     with pytest.raises(ValueError, match="trace=true"):
         host.task_profile(host.prepare(c, w))
+
+
+def test_realized_chain_follows_the_last_producer_back_to_the_first_task():
+    """``task_profile``'s chain on a synthetic trace: every ticket at 0, each task starting 1 µs after its last
+    producer ends and taking its cost: the chain is the graph's critical path with a 1 µs link per edge."""
+    import torch
+    c = load_case("smoke2")
+    g = G.build(c, host.tiling_for(c, host.check_params({}), 8), n_programs=8)
+    n = len(g.tasks)
+    start, done = [0.0] * n, [0.0] * n
+    for i, t in enumerate(g.tasks):  # queue order is topological
+        start[i] = max((done[p] + 1.0 for p in g.producers[i]), default=0.0)
+        done[i] = start[i] + t.cost
+    tr = torch.zeros(n, 4, dtype=torch.float64)
+    tr[:, 1], tr[:, 2] = torch.tensor(start) * 1e3, torch.tensor(done) * 1e3
+    ch = host._realized_chain(g, tr)
+    assert ch["link_mean"] == pytest.approx(1.0)
+    assert ch["work_total"] + ch["link_total"] == pytest.approx(max(done))
+    assert ch["head"].startswith("ln1[l0]") and ch["head_at_us"] == 0.0

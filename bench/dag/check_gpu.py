@@ -76,6 +76,11 @@ CONFIGS = {
     "pf_f16_ffn2": dict(prefetch=True, scheme_ffn2="f16_w1"),
     "pf_bn128_s2": dict(prefetch=True, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128,
                         num_stages=2),
+    "f16_ffn1_as2": dict(scheme_ffn1="f16_w1", attn_stages=2),
+    "f16_ffn1_as3": dict(scheme_ffn1="f16_w1", attn_stages=3),
+    "as2": dict(attn_stages=2),
+    "bn128_s2_f16_ffn1_as2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
+                                  scheme_ffn1="f16_w1", attn_stages=2),
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
@@ -207,8 +212,12 @@ def profile(case, params: dict, w, args) -> dict:
     prof = host.task_profile(p)
     kinds = " ".join(f"{k}:{d['work_mean']:.1f}/{d['model_mean']:.1f}+{d['wait_mean']:.1f}w"
                      for k, d in prof["kinds"].items())
+    ch = prof["chain"]
+    chain = " ".join(f"{k}:{v:.0f}" for k, v in ch["work"].items())
     print(f"  {case.name}: traced kernel {prof['kernel_us']:.0f}us busy={prof['busy']:.2f} sms={prof['sms']} "
-          f"per-sm={prof['max_programs_per_sm']} | work/model+wait us: {kinds}", flush=True)
+          f"per-sm={prof['max_programs_per_sm']} | work/model+wait us: {kinds}\n"
+          f"    chain: {ch['tasks']} tasks, work {ch['work_total']:.0f}us ({chain}), links {ch['link_total']:.0f}us "
+          f"(mean {ch['link_mean']:.2f}), from {ch['head']} at {ch['head_at_us']:.1f}us", flush=True)
     return prof
 
 

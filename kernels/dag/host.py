@@ -25,7 +25,8 @@ CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, 
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
                check=("sync", "lazy"), trace=(False, True), prefetch=(False, True))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
-        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "prefetch_ahead")
+        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "prefetch_ahead",
+        "attn_stages")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -258,7 +259,7 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
                 WGMMA_CHAIN=o["wgmma_chain"], TRACE=bool(o["trace"]), PREFETCH=bool(o["prefetch"]),
-                PREFETCH_AHEAD=o["prefetch_ahead"])
+                PREFETCH_AHEAD=o["prefetch_ahead"], ATTN_STAGES=o["attn_stages"])
 
 
 def compile_context(o: dict):
@@ -421,7 +422,32 @@ def task_profile(p: DagPrepared) -> dict:
         first[g_] = min(first.get(g_, t_), t_)
     return dict(kernel_us=kernel, start_skew_us=(max(first.values()) - t0) / 1e3, grid=p.grid,
                 busy=float(work.sum()) / (p.grid * kernel), wait_total=float(wait.sum()), work_total=float(work.sum()),
-                sms=len(per_sm), max_programs_per_sm=max(len(v) for v in per_sm.values()), kinds=per)
+                sms=len(per_sm), max_programs_per_sm=max(len(v) for v in per_sm.values()), kinds=per,
+                chain=_realized_chain(p.graph, t))
+
+
+def _realized_chain(g: G.Graph, t: torch.Tensor) -> dict:
+    """The chain of tasks that set the traced launch's end (µs): from the last task to finish, back through the
+    producer that finished last whenever the task's ticket came before that (it waited), else stop there (its
+    ticket came late: the programs were busy). Per kind the chain's work; ``link`` the time from the last producer's
+    end to the waiter's start (signal, poll, CTA barrier), summed and per link; ``head`` where the chain starts."""
+    done, tick, start = t[:, 2].tolist(), t[:, 0].tolist(), t[:, 1].tolist()
+    i = max(range(len(done)), key=done.__getitem__)
+    work, links = {}, []
+    while True:
+        k = G.KINDS[g.tasks[i].kind]
+        work[k] = work.get(k, 0.0) + (done[i] - start[i]) / 1e3
+        prods = g.producers[i] if g.producers else []
+        if not prods:
+            break
+        j = max(prods, key=done.__getitem__)
+        if tick[i] >= done[j]:
+            break
+        links.append((start[i] - done[j]) / 1e3)
+        i = j
+    return dict(tasks=len(links) + 1, work=work, work_total=sum(work.values()), link_total=sum(links),
+                link_mean=sum(links) / max(1, len(links)), head=g.tasks[i].name,
+                head_at_us=(tick[i] - min(tick)) / 1e3)
 
 
 def validate_input(p: DagPrepared, x) -> None:

@@ -192,7 +192,7 @@ def _attn_block(k_hi_ptr, k_lo_ptr, v_hi_ptr, v_lo_ptr, q_hi, q_lo, offs_q, k0, 
 def _attn_task(l, b, h, qb, q_hi_ptr, q_lo_ptr, o_hi_ptr, o_lo_ptr, qk_scale,
                B: tl.constexpr, S: tl.constexpr, D: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BDH: tl.constexpr,
-               SCHEME_O: tl.constexpr, DOT_PREC: tl.constexpr, GPU: tl.constexpr):
+               SCHEME_O: tl.constexpr, DOT_PREC: tl.constexpr, ATTN_STAGES: tl.constexpr, GPU: tl.constexpr):
     """Query block qb of head h of sequence b in layer l: softmax(q k^T / sqrt(DH)) v over the key blocks (causal:
     up to the query block), stored split as the output projection's A operand (merged heads, [M, D])."""
     M: tl.constexpr = B * S
@@ -209,14 +209,20 @@ def _attn_task(l, b, h, qb, q_hi_ptr, q_lo_ptr, o_hi_ptr, o_lo_ptr, qk_scale,
     l_i = tl.zeros((BLOCK_Q,), tl.float32)
     acc = tl.zeros((BLOCK_Q, BDH), tl.float32)
     if CAUSAL:  # keys past the query block are all masked
-        kv_end = (qb + 1) * BLOCK_Q
+        kv_end = tl.minimum((qb + 1) * BLOCK_Q, S)
     else:
         kv_end = qb * 0 + S
-    for j in range(0, NKV):
-        if j * BLOCK_KV < kv_end:
+    if GPU and (ATTN_STAGES > 0):  # a run-time trip count: the pipeliner loads key block j + 1 during block j
+        for j in tl.range(0, (kv_end + BLOCK_KV - 1) // BLOCK_KV, num_stages=ATTN_STAGES):
             m_i, l_i, acc = _attn_block(q_hi_ptr + kv, q_lo_ptr + kv, q_hi_ptr + kv + M * D, q_lo_ptr + kv + M * D,
                                         q_hi, q_lo, offs_q, j * BLOCK_KV, m_i, l_i, acc, qk_scale, S, DH, CAUSAL,
                                         BLOCK_KV, BDH, DOT_PREC, GPU)
+    else:  # every key block under a branch: loads issued when the block starts (ATTN_STAGES 0; the interpreter)
+        for j in range(0, NKV):
+            if j * BLOCK_KV < kv_end:
+                m_i, l_i, acc = _attn_block(q_hi_ptr + kv, q_lo_ptr + kv, q_hi_ptr + kv + M * D,
+                                            q_lo_ptr + kv + M * D, q_hi, q_lo, offs_q, j * BLOCK_KV, m_i, l_i, acc,
+                                            qk_scale, S, DH, CAUSAL, BLOCK_KV, BDH, DOT_PREC, GPU)
     o_offs = (b * S + offs_q)[:, None] * D + h * DH + offs_d[None, :]
     _store_split(o_hi_ptr, o_lo_ptr, o_offs, qmask, acc / l_i[:, None], SCHEME_O, GPU)
 
@@ -449,6 +455,7 @@ def _dag_fwd(
     TRACE: tl.constexpr,    # stamp every task into trace_ptr (host.task_profile; GPU only)
     PREFETCH: tl.constexpr,  # a GEMM task asks for its weights' K range in L2 at its ticket, before its waits
     PREFETCH_AHEAD: tl.constexpr,  # > 0: also the weights of the task this many tickets further on
+    ATTN_STAGES: tl.constexpr,  # attention key loop: 0 every block under a branch | n software-pipelined, n stages
 ):
     M: tl.constexpr = B * S
     BN_QKV: tl.constexpr = SITE_BLOCK_N[SITE_QKV]
@@ -497,7 +504,7 @@ def _dag_fwd(
                      SCHEME_FFN1, GPU)
         elif kind == 2:
             _attn_task(l, a, b, c, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, qk_scale, B, S, D, H, DH, CAUSAL,
-                       BLOCK_Q, BLOCK_KV, BDH, SCHEME_O, DOT_PREC, GPU)
+                       BLOCK_Q, BLOCK_KV, BDH, SCHEME_O, DOT_PREC, ATTN_STAGES, GPU)
         else:  # a GEMM (kinds 1, 3, 5, 6): on its site (one per distinct tile width and scheme)
             site = tl.where(kind == 1, SITE_QKV, tl.where(kind == 3, SITE_O, tl.where(kind == 5, SITE_FFN1, SITE_FFN2)))
             for j in tl.static_range(N_SITES):  # (SITE_BLOCK_N[j], SITE_SCHEME[j] passed inline: a constexpr
