@@ -256,7 +256,8 @@ def test_mixed_schemes_and_widths_compile_for_sm90():
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-m", "bench.dag.aot_check", "smoke2", "--param", "scheme_ffn2=f16_w1",
-                          "--param", "block_n_o=32", "--param", "prefetch=true", "--param", "prefetch_ahead=8"],
+                          "--param", "block_n_o=32", "--param", "scheme_ffn1=bf16x3", "--param", "prefetch=true",
+                          "--param", "prefetch_ahead=8"],
                          capture_output=True, text=True, env=env, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]

@@ -34,10 +34,20 @@ LN1, QKV, ATTN, OPROJ, LN2, FFN1, FFN2, LNF = range(len(KINDS))
 SCHEMES = ("bf16x3", "f16_w1")
 ORDERS = ("critical", "layer")
 
-# cost model (µs) of one task on one SM, for the simulator and the ``critical`` order; calibrate on the H200
-COST_TFLOPS_SM = 2.6     # effective dense bf16 tensor-core rate of one SM in a 64-row tile loop (TFLOP/s)
-COST_GBS_SM = 90.0       # L2 -> SM bandwidth of one streaming program (GB/s)
-COST_TASK_US = 1.2       # fixed cost per task: ticket, counter waits, pipeline fill, epilogue latency
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Cost model (µs) of one task on one program, for the simulator and the ``critical`` order."""
+    tflops: float = 2.6      # effective dense bf16 tensor-core rate of one program in a 64-row tile loop (TFLOP/s)
+    gbs: float = 90.0        # L2 -> SM bandwidth of one streaming program (GB/s)
+    task_us: float = 1.2     # fixed cost per task: ticket, counter waits, pipeline fill, epilogue latency
+    link_us: float = 0.0     # from a producer's end to its consumer's start (signal, poll, CTA barrier)
+
+
+# ``cost_model`` (config/variant/dag.yaml): nominal — the first estimate; h200 — fitted to the per-task traces of
+# the H200 (two programs per SM, docs/dag.md "Results" 5): 2.6 µs fixed, 2.5 TFLOP/s per program, 0.6 µs per link
+COST_MODELS = {"nominal": Cost(), "h200": Cost(tflops=2.5, gbs=90.0, task_us=2.6, link_us=0.6)}
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ class Tiling:
     scheme_o: str = "bf16x3"
     scheme_ffn1: str = "bf16x3"
     scheme_ffn2: str = "bf16x3"
+    cost: Cost = Cost()       # the cost model of the tasks (the order and the simulator; not the kernel)
 
 
 @dataclass(frozen=True)
@@ -204,11 +215,12 @@ class _Counters:
         return ids
 
 
-def gemm_cost(rows: int, cols: int, k: int, products: int, a_bytes: int = 4, w_bytes: int = 4) -> float:
-    """µs of one [rows, cols] tile over k on one SM: the larger of its MMA time and its operand traffic."""
-    mma = 2.0 * rows * cols * k * products / (COST_TFLOPS_SM * 1e6)
-    mem = (rows * k * a_bytes + k * cols * w_bytes) / (COST_GBS_SM * 1e3)
-    return COST_TASK_US + max(mma, mem)
+def gemm_cost(rows: int, cols: int, k: int, products: int, a_bytes: int = 4, w_bytes: int = 4,
+              cost: Cost = Cost()) -> float:
+    """µs of one [rows, cols] tile over k on one program: the larger of its MMA time and its operand traffic."""
+    mma = 2.0 * rows * cols * k * products / (cost.tflops * 1e6)
+    mem = (rows * k * a_bytes + k * cols * w_bytes) / (cost.gbs * 1e3)
+    return cost.task_us + max(mma, mem)
 
 
 def _products(scheme: str) -> tuple[int, int]:
@@ -246,7 +258,7 @@ class _Builder:
                 acc.append(Access("r", 0, r0, r1, 0, D, "w"))  # the residual stream starts as a copy of x
             waits = tuple(ctr.id(wait[0], wait[1], m) for m in self.blocks(r0, r1)) if wait else ()
             sigs = ctr.signal([(sig, l, m) for m in self.blocks(r0, r1)]) if sig else ()
-            cost = COST_TASK_US + (r1 - r0) * D * 8 / (COST_GBS_SM * 1e3)
+            cost = t.cost.task_us + (r1 - r0) * D * 8 / (t.cost.gbs * 1e3)
             self.tasks.append(Task(kind, l, i, waits=waits, signals=sigs, cost=cost, access=tuple(acc)))
 
     def qkv(self, l: int):
@@ -260,7 +272,7 @@ class _Builder:
                 groups = sorted({((c % D) // self.dh) // self.hg for c in range(c0, c1)})
                 self.tasks.append(Task(QKV, l, m, n, waits=(ctr.id("ln1", l, m),),
                                        signals=ctr.signal([("qkv", l, m, g) for g in groups]),
-                                       cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
+                                       cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w, cost=t.cost),
                                        access=(Access("ln1", 0, r0, r1, 0, D, "r"),
                                                Access("qkv", l, r0, r1, c0, c1, "w"))))
 
@@ -277,8 +289,8 @@ class _Builder:
                     chunks = range((h * dh) // self.kc_o, _ceil((h + 1) * dh, self.kc_o))
                     sigs = ctr.signal([("attn", l, m, k) for m in self.blocks(q0, q1) for k in chunks])
                     nk = kend - b * S
-                    cost = COST_TASK_US + 2.0 * 2 * (q1 - q0) * nk * dh * 3 / (COST_TFLOPS_SM * 1e6) \
-                        + 2 * nk * dh * 4 / (COST_GBS_SM * 1e3)
+                    cost = t.cost.task_us + 2.0 * 2 * (q1 - q0) * nk * dh * 3 / (t.cost.tflops * 1e6) \
+                        + 2 * nk * dh * 4 / (t.cost.gbs * 1e3)
                     acc = (Access("qkv", l, q0, q1, h * dh, (h + 1) * dh, "r"),
                            Access("qkv", l, b * S, kend, D + h * dh, D + (h + 1) * dh, "r"),
                            Access("qkv", l, b * S, kend, 2 * D + h * dh, 2 * D + (h + 1) * dh, "r"),
@@ -296,7 +308,7 @@ class _Builder:
                 chunks = range(c0 // self.kc_f, _ceil(c1, self.kc_f))
                 self.tasks.append(Task(FFN1, l, m, n, waits=(ctr.id("ln2", l, m),),
                                        signals=ctr.signal([("f1", l, m, s) for s in chunks]),
-                                       cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w),
+                                       cost=gemm_cost(r1 - r0, c1 - c0, D, p, w_bytes=w, cost=t.cost),
                                        access=(Access("ln2", 0, r0, r1, 0, D, "r"),
                                                Access("f", 0, r0, r1, c0, c1, "w"))))
 
@@ -316,7 +328,7 @@ class _Builder:
                     k0, k1 = s * kc, min(K, (s + 1) * kc)
                     self.tasks.append(Task(kind, l, m, n, s, waits=(ctr.id(wait, l, m, s),),
                                            signals=ctr.signal([(sig, l, m)]),
-                                           cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p, w_bytes=w),
+                                           cost=gemm_cost(r1 - r0, c1 - c0, k1 - k0, p, w_bytes=w, cost=t.cost),
                                            access=(Access(src, 0, r0, r1, k0, k1, "r"),
                                                    Access("r", 0, r0, r1, c0, c1, "a"))))
 
@@ -346,7 +358,8 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
         for c in tk.waits:
             if ctr.goals[c] == 0:
                 raise AssertionError(f"dag graph: {tk.name} waits for counter {ctr.names[c]} that nothing signals")
-    perm = (critical_order(tasks, _producer_lists(tasks, len(ctr.goals)), n_programs) if order == "critical"
+    perm = (critical_order(tasks, _producer_lists(tasks, len(ctr.goals)), n_programs, tiling.cost.link_us)
+            if order == "critical"
             else list(range(len(tasks))))
     g = Graph(case, tiling, [tasks[i] for i in perm], ctr.goals, ctr.names, order)
     g.producers = _producer_lists(g.tasks, len(ctr.goals))
@@ -362,10 +375,11 @@ def _producer_lists(tasks: list, n_counters: int) -> list:
     return [sorted({p for c in tk.waits for p in by_ctr[c]}) for tk in tasks]
 
 
-def critical_order(tasks: list, prods: list, n_programs: int) -> list:
+def critical_order(tasks: list, prods: list, n_programs: int, link_us: float = 0.0) -> list:
     """A topological order: the start order of a list schedule on ``n_programs`` programs that always starts
     the ready task with the longest chain of costs still ahead of it (its "bottom level"); ties go to the
-    sequential order. Producers always start before their consumers."""
+    sequential order; a consumer is ready ``link_us`` after its last producer ends. Producers always start before
+    their consumers."""
     import heapq
     n = len(tasks)
     cons: list[list[int]] = [[] for _ in range(n)]
@@ -374,7 +388,7 @@ def critical_order(tasks: list, prods: list, n_programs: int) -> list:
             cons[p].append(i)
     bottom = [0.0] * n
     for i in range(n - 1, -1, -1):  # the sequential order is topological
-        bottom[i] = tasks[i].cost + max((bottom[c] for c in cons[i]), default=0.0)
+        bottom[i] = tasks[i].cost + max((link_us + bottom[c] for c in cons[i]), default=0.0)
     missing = [len(ps) for ps in prods]
     ready_at = [0.0] * n
     ready = [(-bottom[i], i) for i in range(n) if missing[i] == 0]
@@ -386,7 +400,7 @@ def critical_order(tasks: list, prods: list, n_programs: int) -> list:
         fin, j = heapq.heappop(running)
         for c in cons[j]:
             missing[c] -= 1
-            ready_at[c] = max(ready_at[c], fin)
+            ready_at[c] = max(ready_at[c], fin + link_us)
             if missing[c] == 0:
                 heapq.heappush(ready, (-bottom[c], c))
         return fin

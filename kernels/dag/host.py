@@ -23,7 +23,8 @@ INT32_MAX = 2**31 - 1
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
-               check=("sync", "lazy"), trace=(False, True), prefetch=(False, True))
+               check=("sync", "lazy"), trace=(False, True), prefetch=(False, True),
+               cost_model=tuple(G.COST_MODELS))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "prefetch_ahead",
         "attn_stages")
@@ -102,7 +103,7 @@ def tiling_for(case: Case, o: dict, programs: int) -> G.Tiling:
                     block_n_ffn1=_clamp(o["block_n_ffn1"], 4 * D), block_n_ffn2=bn_f2, split_k_o=so, split_k_ffn2=sf,
                     block_q=_clamp(o["block_q"], case.S), block_kv=_clamp(o["block_kv"], case.S),
                     scheme_qkv=o["scheme_qkv"], scheme_o=o["scheme_o"], scheme_ffn1=o["scheme_ffn1"],
-                    scheme_ffn2=o["scheme_ffn2"])
+                    scheme_ffn2=o["scheme_ffn2"], cost=G.COST_MODELS[o["cost_model"]])
 
 
 def check_envelope(case: Case, t: G.Tiling) -> None:
