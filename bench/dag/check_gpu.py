@@ -81,6 +81,7 @@ CONFIGS = {
     "as2": dict(attn_stages=2),
     "bn128_s2_f16_ffn1_as2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
                                   scheme_ffn1="f16_w1", attn_stages=2),
+    "cost_h200": dict(cost_model="h200"),           # the queue order from the cost model fitted to the traces
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
