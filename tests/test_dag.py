@@ -107,6 +107,18 @@ def test_timed_makespan_is_bounded_by_work_and_critical_path(policy):
     assert 0.0 <= r.idle_fraction < 1.0
 
 
+def test_window_of_one_ticket_is_the_queue_and_wider_windows_finish():
+    """The simulator's ``window`` policy: with one ticket per program it is the queue policy exactly; with two and
+    three it runs every task after its producers (``timed`` asserts it) and never stalls."""
+    g = _graph(load_case("case03"))
+    for seed, jitter in ((0, 0.0), (1, 0.3)):
+        q = sim.timed(g, 132, "queue", jitter=jitter, seed=seed)
+        assert sim.timed(g, 132, "window", jitter=jitter, seed=seed, window=1).makespan_us == pytest.approx(q.makespan_us)
+    for w in (2, 3):
+        r = sim.timed(g, 33, "window", jitter=0.3, seed=2, window=w)
+        assert r.makespan_us >= max(g.critical_path_us(), r.work_us / 33) - 1e-6
+
+
 def test_critical_order_is_topological_and_not_slower_than_layer_order():
     c = load_case("case02")
     crit, layer = _graph(c, order="critical"), _graph(c, order="layer")
@@ -138,8 +150,9 @@ def test_odd_shape_passes_gate_all_scales():
 
 
 @pytest.mark.parametrize("params", [dict(queue="static"), TILINGS[1], dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
-                                    dict(prefetch=True, prefetch_ahead=5, scheme_ffn1="f16_w1")],
-                         ids=["static", "narrow", "f16_w1", "prefetch"])
+                                    dict(prefetch=True, prefetch_ahead=5, scheme_ffn1="f16_w1"),
+                                    dict(wait="parallel", queue="static")],
+                         ids=["static", "narrow", "f16_w1", "prefetch", "parallel_wait"])
 def test_other_schedules_pass_gate(params):
     _check(ODD_CAUSAL, params, scales=[1e-2], seeds=[0])
 
@@ -159,14 +172,24 @@ def test_two_runs_in_a_row_and_epoch_wraparound():
     assert torch.equal(p.ctr, torch.tensor(p.graph.goals, dtype=torch.int32))
 
 
-def test_spin_limit_turns_an_unsatisfiable_wait_into_an_error():
+@pytest.mark.parametrize("wait", ["serial", "parallel"])
+def test_spin_limit_turns_an_unsatisfiable_wait_into_an_error(wait):
+    """A goal one signal above what a launch gives: the wait gives up after spin_limit polls and run() raises;
+    serial waits read the goal table, parallel waits the goals in the task rows."""
     c = load_case("smoke2")
-    p = host.prepare(c, make_weights(c), spin_limit=20)
+    p = host.prepare(c, make_weights(c), spin_limit=20, wait=wait)
     c_ln2 = next(t.waits[0] for t in p.graph.tasks if t.kind == G.LN2)
+    mw = max(1, p.graph.max_waits)
+    goal_cols = p.tab[:, -mw:] if wait == "parallel" else p.tab[:, :0]   # the rows' wait goals (host.task_table)
+    waits_there = (p.tab[:, 8:8 + mw] == c_ln2) if wait == "parallel" else goal_cols.bool()
+    if wait == "parallel":
+        assert int(waits_there.sum()) > 0 and bool((goal_cols[waits_there] == p.goal[c_ln2]).all())
     p.goal[c_ln2] += 1                                       # one signal more than any launch gives
+    goal_cols[waits_there] += 1
     with pytest.raises(RuntimeError, match="spin_limit=20"):
         host.run(p, make_input(c, 1.0, 0))
     p.goal[c_ln2] -= 1                                       # counters stay consistent: the next launch is fine
+    goal_cols[waits_there] -= 1
     p.ctr.zero_()
     p.head.zero_()
     p.epoch = 0
@@ -226,13 +249,17 @@ def test_cases_outside_the_envelope_are_unsupported():
 
 def test_task_table_matches_the_graph():
     g = _graph(ODD_CAUSAL, 3)
-    tab, width = host.task_table(g)
+    tab, width = host.task_table(g, goals=True)
     assert tab.shape == (len(g.tasks), width)
+    assert host.task_table(g)[1] == width - max(1, g.max_waits)   # the goals only for wait: parallel
     for i in (0, len(g.tasks) // 2, len(g.tasks) - 1):
         t = g.tasks[i]
         row = tab[i].tolist()
         assert row[:7] == [t.kind, t.layer, t.a, t.b, t.c, len(t.waits), len(t.signals)]
         assert tuple(row[8:8 + len(t.waits)]) == t.waits
+        mw, ms = max(1, g.max_waits), max(1, g.max_signals)
+        assert tuple(row[8 + mw:8 + mw + len(t.signals)]) == t.signals
+        assert row[8 + mw + ms:] == [g.goals[c] for c in row[8:8 + mw]]   # parallel waits' goals
 
 
 def test_static_lists_cover_every_task_once():
@@ -257,7 +284,7 @@ def test_mixed_schemes_and_widths_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-m", "bench.dag.aot_check", "smoke2", "--param", "scheme_ffn2=f16_w1",
                           "--param", "block_n_o=32", "--param", "scheme_ffn1=bf16x3", "--param", "prefetch=true",
-                          "--param", "prefetch_ahead=8"],
+                          "--param", "prefetch_ahead=8", "--param", "wait=parallel"],
                          capture_output=True, text=True, env=env, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -295,3 +322,18 @@ def test_realized_chain_follows_the_last_producer_back_to_the_first_task():
     assert ch["link_mean"] == pytest.approx(1.0)
     assert ch["work_total"] + ch["link_total"] == pytest.approx(max(done))
     assert ch["head"].startswith("ln1[l0]") and ch["head_at_us"] == 0.0
+
+
+def test_simulate_table_prices_levers_and_restores_the_cost_model(capsys):
+    """``bench.dag.simulate``: a lower fixed cost per task gives a shorter critical path; the window column is
+    printed; the cost model it changed for the run is the committed one again afterwards."""
+    from bench.dag import simulate
+    before = dict(G.COST_MODELS)
+    args = ["smoke2", "--seeds", "2", "--programs", "8", "--param", "cost_model=h200", "--durations", "h200"]
+    simulate.main(args + ["--window", "2"])
+    base = capsys.readouterr().out.splitlines()
+    simulate.main(args + ["--cost-task-us", "1.0"])
+    cheap = capsys.readouterr().out.splitlines()
+    assert G.COST_MODELS == before
+    assert "window" in base[0] and len(base[1].split()) == 12
+    assert float(cheap[1].split()[3]) < float(base[1].split()[3])   # the critical path

@@ -70,7 +70,7 @@ def compile_case(case, params: dict, n_sm: int = 132, maxnreg: int | None = None
     t = tiling_for(case, o, grid)
     check_envelope(case, t)
     g = G.build(case, t, o["order"], grid)
-    _, width = task_table(g)
+    _, width = task_table(g, goals=o["wait"] == "parallel")
     meta = kernel_meta(case, t, g, o, grid, True, width)
     sig = signature(case, t)
     names = list(_dag_fwd.arg_names)

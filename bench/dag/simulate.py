@@ -2,36 +2,70 @@
 path, and the simulated makespan and idle fraction of both task-assignment policies (``kernels.dag.sim``).
 
     python -m bench.dag.simulate 2 3 4 12 --seeds 5 [--param name=value ...] [--programs 264]
+
+``--window W`` adds the simulator-only ``window`` policy; ``--cost-task-us`` / ``--cost-link-us`` /
+``--cost-tflops`` change the cost model the parameters pick (``cost_model``) to price a lever before it is built;
+``--pop-us`` / ``--signal-us`` are the simulator's ticket and signal delays; ``--durations`` simulates one cost
+model's durations on the order another gives (docs/dag.md, "Open").
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from kernels.dag.sim import report
+from kernels.dag import graph as G
+from kernels.dag.sim import report, timed
 
 
 def main(argv=None):
     from kernels import load_case
-    from kernels.dag.host import graph_for, parse_value
+    from kernels.dag.host import check_params, graph_for, parse_value
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--param", action="append", default=[], help="name=value (config/variant/dag.yaml names)")
     ap.add_argument("--programs", type=int, default=132)
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--jitter", type=float, default=0.25, help="sigma of the log-normal duration factor")
+    ap.add_argument("--pop-us", type=float, default=0.7, help="µs per ticket")
+    ap.add_argument("--signal-us", type=float, default=0.7, help="µs from a producer's end to its consumer's start")
+    ap.add_argument("--window", type=int, default=0, help="also the window policy with this many tickets")
+    ap.add_argument("--cost-task-us", type=float, help="the cost model's fixed µs per task")
+    ap.add_argument("--cost-link-us", type=float, help="the cost model's µs per link (the critical order)")
+    ap.add_argument("--cost-tflops", type=float, help="the cost model's TFLOP/s per program")
+    ap.add_argument("--durations", choices=tuple(G.COST_MODELS),
+                    help="simulate the task durations of this cost model (the order stays the parameters' cost_model)")
     a = ap.parse_args(argv)
     params = dict(kv.split("=", 1) for kv in a.param)
     params = {k: parse_value(v) for k, v in params.items()}
-    print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
-          f"{'static':>7} {'s+jit':>7} {'idle':>5}  (µs, {a.programs} programs)")
-    for c in a.cases:
-        case = load_case(c)
-        g = graph_for(case, n_programs=a.programs, **params)
-        r = report(g, a.programs, a.seeds, a.jitter)
-        q, s = r["queue"], r["static"]
-        print(f"{case.name:8} {r['tasks']:6d} {r['work_us'] / a.programs:8.1f} {r['critical_path_us']:7.1f} "
-              f"{q['makespan_us']:7.1f} {q['jittered_us']:7.1f} {q['idle']:5.2f} "
-              f"{s['makespan_us']:7.1f} {s['jittered_us']:7.1f} {s['idle']:5.2f}")
+    name = check_params(params)["cost_model"]
+    base = G.COST_MODELS[name]
+    changes = {f: v for f, v in (("task_us", a.cost_task_us), ("link_us", a.cost_link_us),
+                                 ("tflops", a.cost_tflops)) if v is not None}
+    G.COST_MODELS[name] = dataclasses.replace(base, **changes)
+    try:
+        print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
+              f"{'static':>7} {'s+jit':>7} {'idle':>5}" + (f" {'window':>7} {'w+jit':>7}" if a.window else "")
+              + f"  (µs, {a.programs} programs, cost model {name}{' ' + str(changes) if changes else ''})")
+        for c in a.cases:
+            case = load_case(c)
+            g = graph_for(case, n_programs=a.programs, **params)
+            if a.durations:
+                other = graph_for(case, n_programs=a.programs, **dict(params, cost_model=a.durations))
+                cost = {t.seq: t.cost for t in other.tasks}
+                for t in g.tasks:
+                    t.cost = cost[t.seq]
+            r = report(g, a.programs, a.seeds, a.jitter, pop_us=a.pop_us, signal_us=a.signal_us)
+            q, s = r["queue"], r["static"]
+            line = (f"{case.name:8} {r['tasks']:6d} {r['work_us'] / a.programs:8.1f} {r['critical_path_us']:7.1f} "
+                    f"{q['makespan_us']:7.1f} {q['jittered_us']:7.1f} {q['idle']:5.2f} "
+                    f"{s['makespan_us']:7.1f} {s['jittered_us']:7.1f} {s['idle']:5.2f}")
+            if a.window:
+                runs = [timed(g, a.programs, "window", a.jitter if k else 0.0, a.pop_us, a.signal_us, seed=k,
+                              window=a.window).makespan_us for k in range(a.seeds)]
+                line += f" {runs[0]:7.1f} {sum(runs[1:]) / max(1, a.seeds - 1):7.1f}"
+            print(line, flush=True)
+    finally:
+        G.COST_MODELS[name] = base
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kerne
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
                check=("sync", "lazy"), trace=(False, True), prefetch=(False, True),
-               cost_model=tuple(G.COST_MODELS))
+               cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "prefetch_ahead",
         "attn_stages")
@@ -129,16 +129,19 @@ def graph_for(case: Case, n_programs: int = 132, **params) -> G.Graph:
     return G.build(case, t, o["order"], n_programs)
 
 
-def task_table(g: G.Graph) -> tuple[torch.Tensor, int]:
-    """[tasks, TASK_HEADER + MAX_WAITS + MAX_SIGNALS] int32 rows in queue order: kind, layer, a, b, c, number of
-    waits, number of signals, 0, the wait counter ids (padded with the dummy counter 0), the signal ids."""
+def task_table(g: G.Graph, goals: bool = False) -> tuple[torch.Tensor, int]:
+    """[tasks, TASK_HEADER + MAX_WAITS + MAX_SIGNALS (+ MAX_WAITS)] int32 rows in queue order: kind, layer, a, b, c,
+    number of waits, number of signals, 0, the wait counter ids (padded with the dummy counter 0), the signal ids;
+    with ``goals`` (``wait: parallel``, which reads them with the ids in one round trip) the wait counters' goals
+    (padded with 0, the dummy's)."""
     mw, ms = max(1, g.max_waits), max(1, g.max_signals)
-    width = int(TASK_HEADER.value) + mw + ms
+    width = int(TASK_HEADER.value) + mw + ms + (mw if goals else 0)
     rows = []
     for t in g.tasks:
         w = list(t.waits) + [0] * (mw - len(t.waits))
         s = list(t.signals) + [0] * (ms - len(t.signals))
-        rows.append([t.kind, t.layer, t.a, t.b, t.c, len(t.waits), len(t.signals), 0] + w + s)
+        rows.append([t.kind, t.layer, t.a, t.b, t.c, len(t.waits), len(t.signals), 0] + w + s
+                    + ([g.goals[c] for c in w] if goals else []))
     return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), width), width
 
 
@@ -260,7 +263,8 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
                 WGMMA_CHAIN=o["wgmma_chain"], TRACE=bool(o["trace"]), PREFETCH=bool(o["prefetch"]),
-                PREFETCH_AHEAD=o["prefetch_ahead"], ATTN_STAGES=o["attn_stages"])
+                PREFETCH_AHEAD=o["prefetch_ahead"], ATTN_STAGES=o["attn_stages"],
+                WAIT=o["wait"], MAX_WAITS_P2=triton.next_power_of_2(max(1, g.max_waits)))
 
 
 def compile_context(o: dict):
@@ -328,7 +332,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     t = tiling_for(case, o, grid)
     check_envelope(case, t)
     g = G.build(case, t, o["order"], grid)
-    tab, width = task_table(g)
+    tab, width = task_table(g, goals=o["wait"] == "parallel")
     p = DagPrepared(
         case=case, graph=g, params=o, tensors=dict(_buffers(case, t, dev, gpu), **_weight_tensors(weights, t, gpu)),
         meta=kernel_meta(case, t, g, o, grid, gpu, width), launch=dict(num_warps=o["num_warps"],

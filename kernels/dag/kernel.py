@@ -30,12 +30,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.task_sync import prefetch_l2, signal_counter, wait_counter
+from ..common.task_sync import prefetch_l2, signal_counter, wait_counter, wait_counters
 from ..common.tl_helpers import (dot_split, gelu_erf, gelu_log2poly, globaltimer, layernorm_rows, smid, split_bf16,
                                  split_f16)
 
 LN_EPS = tl.constexpr(1e-5)
-TASK_HEADER = tl.constexpr(8)  # kind, layer, a, b, c, waits, signals, (unused); then the wait ids, then the signal ids
+TASK_HEADER = tl.constexpr(8)  # kind, layer, a, b, c, waits, signals, (unused); then the wait ids, the signal ids,
+                               # the wait counters' goals (host.task_table)
 
 
 @triton.jit
@@ -402,6 +403,23 @@ def _wait_task(row_ptr, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WA
 
 
 @triton.jit
+def _wait_task_parallel(row_ptr, ctr_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS: tl.constexpr,
+                        MAX_SIGNALS: tl.constexpr, MAX_WAITS_P2: tl.constexpr, GPU: tl.constexpr):
+    """``_wait_task`` with every counter of the task polled at once (``wait: parallel``): the ids and goals come
+    from the task row (``host.task_table``), so one round trip after the row starts the polls; the unused slots
+    name the dummy counter 0 (goal 0: always reached)."""
+    offs = tl.arange(0, MAX_WAITS_P2)
+    m = offs < MAX_WAITS
+    ids = tl.load(row_ptr + TASK_HEADER + offs, mask=m, other=0)
+    goals = tl.load(row_ptr + TASK_HEADER + MAX_WAITS + MAX_SIGNALS + offs, mask=m, other=0) * epoch
+    bad = wait_counters(ctr_ptr + ids, goals, spin_limit, GPU)
+    if bad != 0:
+        tl.atomic_add(err_ptr, 1)
+        tl.atomic_xchg(err_ptr + 1, t)
+    tl.debug_barrier()
+
+
+@triton.jit
 def _signal_task(row_ptr, ctr_ptr, MAX_WAITS: tl.constexpr, MAX_SIGNALS: tl.constexpr, GPU: tl.constexpr):
     """Publish the task of table row ``row_ptr``: CTA barrier (every thread's stores and atomics issued), then one
     release per counter it signals."""
@@ -456,6 +474,8 @@ def _dag_fwd(
     PREFETCH: tl.constexpr,  # a GEMM task asks for its weights' K range in L2 at its ticket, before its waits
     PREFETCH_AHEAD: tl.constexpr,  # > 0: also the weights of the task this many tickets further on
     ATTN_STAGES: tl.constexpr,  # attention key loop: 0 every block under a branch | n software-pipelined, n stages
+    WAIT: tl.constexpr,     # serial: thread 0 polls the task's counters in turn | parallel: all at once
+    MAX_WAITS_P2: tl.constexpr,  # MAX_WAITS rounded up to a power of two (the parallel wait's vector)
 ):
     M: tl.constexpr = B * S
     BN_QKV: tl.constexpr = SITE_BLOCK_N[SITE_QKV]
@@ -495,7 +515,10 @@ def _dag_fwd(
                                   wqkv_lo_ptr, wo_hi_ptr, wo_lo_ptr, w1_hi_ptr, w1_lo_ptr, w2_hi_ptr, w2_lo_ptr, D,
                                   K_CHUNK_O, K_CHUNK_FFN2, BN_QKV, BN_O, BN_FFN1, BN_FFN2, SCHEME_QKV, SCHEME_O,
                                   SCHEME_FFN1, SCHEME_FFN2, GPU)
-        _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
+        if WAIT == "parallel":
+            _wait_task_parallel(row, ctr_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, MAX_SIGNALS, MAX_WAITS_P2, GPU)
+        else:
+            _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
         if TRACE:
             tl.store(trace_ptr + 4 * t + 1, globaltimer(pid))
         if (kind == 0) | (kind == 4) | (kind == 7):

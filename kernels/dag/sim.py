@@ -12,7 +12,9 @@ Two models of N persistent programs running a graph:
 
 Both run either task-assignment policy of the kernel: ``queue`` (one global atomic ticket over the queue order:
 the next free program takes the next task) or ``static`` (per-program lists fixed by prepare from a list schedule
-of the cost model; program k runs its list in order).
+of the cost model; program k runs its list in order). ``timed`` also runs ``window``, a policy the kernel does not
+have (a program whose tickets are not ready takes another, up to ``window``, and runs whichever is ready first), to
+price it before it is built (docs/dag.md, "Open").
 
     python -m bench.dag.simulate 2 3 4 12 [--param split_k_o=4 ...] [--programs 132] [--seeds 8]
 """
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 
 from .graph import Graph
 
-POLICIES = ("queue", "static")
+POLICIES = ("queue", "static")   # the kernel's (``queue`` in config/variant/dag.yaml); ``timed`` also models
+TIMED_POLICIES = POLICIES + ("window",)  # ``window``: a program holds up to ``window`` tickets (not in the kernel)
 
 
 class Deadlock(RuntimeError):
@@ -111,8 +114,71 @@ class TimedResult:
     policy: str
 
 
+def _window_schedule(g: Graph, n: int, window: int, dur: list, pop_us: float, signal_us: float):
+    """``window`` policy: a free program with no ready ticket in hand takes the next ticket of the queue, up to
+    ``window`` held at once, and runs whichever of its tickets is ready first (the lowest on a tie). The lowest
+    unfinished ticket can always run once its producers, all lower tickets, are done: no deadlock. Event-driven:
+    a program with nothing ready sleeps until the earliest known ready time of a task it holds."""
+    T = len(g.tasks)
+    prods = g.producers
+    cons: list[list[int]] = [[] for _ in range(T)]
+    for i, ps in enumerate(prods):
+        for p in ps:
+            cons[p].append(i)
+    finish: list = [None] * T
+    start_at = [0.0] * T
+    unstarted = [len(ps) for ps in prods]   # producers not started yet (their finish unknown)
+    held: list[list[int]] = [[] for _ in range(n)]
+    holder = [-1] * T
+    busy_until = [0.0] * n
+    wake = [0.0] * n                        # the one valid pending event of each program (None: none)
+    head = 0
+    ev = [(0.0, k) for k in range(n)]
+    heapq.heapify(ev)
+
+    def ready_at(i):
+        return max((finish[p] + signal_us for p in prods[i]), default=0.0) if unstarted[i] == 0 else None
+
+    def schedule(k, at):
+        if wake[k] is None or at < wake[k]:
+            wake[k] = at
+            heapq.heappush(ev, (at, k))
+
+    while ev:
+        t, k = heapq.heappop(ev)
+        if wake[k] != t:
+            continue  # superseded by an earlier wake-up
+        wake[k] = None
+        while True:
+            known = [(r, i) for i in held[k] for r in (ready_at(i),) if r is not None]
+            now = [i for r, i in known if r <= t]
+            if now or len(held[k]) >= window or head >= T:
+                break
+            held[k].append(head)
+            holder[head] = k
+            head += 1
+            t += pop_us
+        if now:
+            i = min(now)
+            held[k].remove(i)
+            start_at[i], finish[i] = t, t + dur[i]
+            busy_until[k] = finish[i]
+            schedule(k, finish[i])
+            for c in cons[i]:
+                unstarted[c] -= 1
+                h = holder[c]
+                if unstarted[c] == 0 and h >= 0 and h != k and c in held[h]:
+                    schedule(h, max(busy_until[h], t, ready_at(c)))
+        elif known:
+            schedule(k, min(r for r, _ in known))
+        # else: nothing known yet; a producer's start schedules this program
+    if any(f is None for f in finish):
+        raise Deadlock(f"window {window} on {n} programs: {sum(f is None for f in finish)} tasks never ran")
+    return start_at, finish
+
+
 def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: float = 0.7,
-          signal_us: float = 0.7, seed: int = 0) -> TimedResult:
+          signal_us: float = 0.7, seed: int = 0, window: int = 2) -> TimedResult:
     """Makespan of ``g`` on ``n`` programs with the cost model (see the module docstring)."""
     rng = random.Random(seed)
     T = len(g.tasks)
@@ -127,6 +193,8 @@ def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: 
             start = max([t_free + pop_us] + [finish[p] + signal_us for p in g.producers[i]])
             start_at[i], finish[i] = start, start + dur[i]
             heapq.heappush(free, (finish[i], k))
+    elif policy == "window":
+        start_at, finish = _window_schedule(g, n, window, dur, pop_us, signal_us)
     elif policy == "static":
         lists = static_lists(g, n)
         pos = [0] * n
@@ -148,7 +216,7 @@ def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: 
             if not progressed:
                 raise Deadlock(f"static lists on {n} programs deadlock with {left} tasks left")
     else:
-        raise ValueError(f"policy {policy!r}: one of {POLICIES}")
+        raise ValueError(f"policy {policy!r}: one of {TIMED_POLICIES}")
     for i in range(T):
         assert all(finish[p] <= start_at[i] for p in g.producers[i]), f"{g.tasks[i].name} started early"
     makespan = max(finish, default=0.0)
@@ -156,12 +224,13 @@ def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: 
     return TimedResult(makespan, g.critical_path_us(), work, 1.0 - work / max(1e-9, n * makespan), n, policy)
 
 
-def report(g: Graph, n: int, seeds: int = 8, jitter: float = 0.25) -> dict:
+def report(g: Graph, n: int, seeds: int = 8, jitter: float = 0.25, pop_us: float = 0.7,
+           signal_us: float = 0.7) -> dict:
     """Makespan (mean over ``seeds`` jittered runs) and idle fraction per policy, plus the graph's figures."""
     from .graph import summary
     out = dict(summary(g, n))
     for policy in POLICIES:
-        runs = [timed(g, n, policy, jitter if s else 0.0, seed=s) for s in range(seeds)]
+        runs = [timed(g, n, policy, jitter if s else 0.0, pop_us, signal_us, seed=s) for s in range(seeds)]
         out[policy] = dict(makespan_us=round(runs[0].makespan_us, 1),
                            jittered_us=round(sum(r.makespan_us for r in runs[1:]) / max(1, seeds - 1), 1),
                            idle=round(runs[0].idle_fraction, 3))
