@@ -5,7 +5,9 @@
 # of outputs/ and the logs. Carry the wheels (../shared/tools/device-wheels.sh .whl snakemake hydra-core ...).
 #   MKH_GIT_COMMIT=<commit> bash bench/dag/device_pipeline.sh
 # env: CASES (default [case02,case03,case04,case12]), VARIANTS (default [auto,dag,hybrid]: auto, the dag kernel and
-#      the CUDA-graph hybrid side by side), NCU_VARIANTS (default [dag]), NCU_BUDGET (s, default 120; 0 = no ncu)
+#      the CUDA-graph hybrid side by side), NCU_VARIANTS (default [dag]), NCU_BUDGET (s, default 120; 0 = no ncu),
+#      CORRECTNESS_JOBS (correctness jobs at once on the one GPU, default 8: right for the dag cases; cases 8, 13 and
+#      14 need tens of GB each — eight of them at once ran case 8 out of memory, which its JSON records as `oom`)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -25,7 +27,7 @@ pack() { tar czf "$OUT/results.tgz" outputs 2>/dev/null; cp -rf outputs/logs "$O
 trap pack EXIT
 cfg=(matrix=families gpu=h200 "cases=$CASES" "variants=$VARIANTS")
 stamp "correctness $CASES x $VARIANTS"
-snakemake --cores 8 --set-threads correctness=1 --until correctness --keep-going --config "${cfg[@]}" ncu=false \
+snakemake --cores "${CORRECTNESS_JOBS:-8}" --set-threads correctness=1 --until correctness --keep-going --config "${cfg[@]}" ncu=false \
   > "$OUT/logs/snakemake-correctness.log" 2>&1
 stamp "correctness rc=$?"
 snakemake --cores all --keep-going --config "${cfg[@]}" ncu=false > "$OUT/logs/snakemake-timing.log" 2>&1
