@@ -117,6 +117,54 @@ def test_relax_chains_changes_nothing_when_the_text_does_not_match_the_walk():
     assert relax_chains(mod, int_attr=lambda n: n) == 0
 
 
+def _pipelined_chain(before=None, acc_from_op=False, extra_use_of_last=False):
+    """A software-pipelined K step: [before], dot (accumulating into the loop-carried value), wait, dot, wait, dot
+    whose result goes to scf.yield with no wait (the last dot runs on into the next iteration)."""
+    a, b = _Val(), _Val()
+    ops = []
+    if before:
+        ops.append(_Op(before, [a]))
+    if acc_from_op:
+        ops.append(_Op("arith.mulf", [_Val(), _Val()]))
+        acc = ops[-1].get_result(0)
+    else:
+        acc = _Val()  # a block argument: no op makes it
+    waits = []
+    for n in range(3):
+        d = _Op("ttng.warp_group_dot", [a, b, acc])
+        ops.append(d)
+        if n == 2:
+            break
+        w = _Op("ttng.warp_group_dot_wait", [d.get_result(0), a, b], 3)
+        ops.append(w)
+        waits.append(w)
+        acc = w.get_result(0)
+    if extra_use_of_last:
+        ops.append(_Op("tt.store", [_Val(), d.get_result(0)], 0))
+    ops.append(_Op("scf.yield", [d.get_result(0)], 0))
+    return _Module(ops, [0, 0]), waits
+
+
+def test_relax_chains_inflight_end_relaxes_a_pipelined_k_step():
+    """The pipelined shape has no wait after its last dot: with ``inflight_end`` every wait of the chain is
+    intermediate (the first keeps the groups before the chain ordered: pendings 1); without it nothing changes."""
+    mod, waits = _pipelined_chain()
+    assert relax_chains(mod, int_attr=lambda n: n) == 0
+    assert _pendings(waits) == [None, None]
+    assert relax_chains(mod, int_attr=lambda n: n, inflight_end=True) == 2
+    assert _pendings(waits) == [1, 2]
+
+
+@pytest.mark.parametrize("kw", [dict(before="ttg.async_copy_global_to_local"), dict(before="ttg.local_store"),
+                                dict(before="scf.if"), dict(acc_from_op=True), dict(extra_use_of_last=True)])
+def test_relax_chains_inflight_end_leaves_other_shapes(kw):
+    """A shared-memory write or a region before the chain in the loop body, an accumulator that is not the
+    loop-carried value, or a last dot whose result is read before the yield: no wait is relaxed."""
+    mod, waits = _pipelined_chain(**kw)
+    assert relax_chains(mod, int_attr=lambda n: n, inflight_end=True) == 0
+    assert _pendings(waits) == [None, None]
+
+
 def test_hopper_wgmma_passes_names_what_triton_lacks(monkeypatch):
     from triton._C.libtriton import passes
 

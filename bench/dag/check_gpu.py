@@ -47,6 +47,9 @@ CONFIGS = {
     "sk8": dict(split_k_o=8, split_k_ffn2=8),
     "nw8_bn128": dict(num_warps=8, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128),
     "chain_wait": dict(wgmma_chain="wait"),
+    "chain_inflight": dict(wgmma_chain="async_inflight"),   # the GEMM K step's three products in flight together
+    "chain_inflight_pw": dict(wgmma_chain="async_inflight", wait="parallel"),
+    "pw": dict(wait="parallel"),
     "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
     "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
     "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),

@@ -1,6 +1,7 @@
 """Compile-time edits of Triton 3.6's Hopper (sm_90) pipeline for kernels whose GEMM loops chain several ``tl.dot``
 on one accumulator (bf16x3: three dots per K step). Used by ``kernels/seqres`` (every sm_90 compile gets edit 1;
-``wgmma_chain: async`` adds edit 2; docs/seqres.md). They keep the kernel's results; they change what waits.
+``wgmma_chain: async`` adds edit 2; docs/seqres.md) and ``kernels/dag`` (edit 2; ``wgmma_chain: async_inflight``
+adds its pipelined-loop form; docs/dag.md). They keep the kernel's results; they change what waits.
 
 1. ``acc_init``: Triton's ``OptimizeAccumulatorInit`` pass, which Triton 3.6 runs only for sm_100+, also runs
    for sm_90, just before the software pipeliner (it is inserted in front of ``add_assign_latencies``). A loop
@@ -34,9 +35,17 @@ _CHAIN_OK = {"ttng.warp_group_dot", "ttng.warp_group_dot_wait", "ttg.memdesc_ind
              "ttg.async_commit_group", "ttng.fence_async_shared"}
 
 
-def relax_chains(mod, int_attr=None) -> int:
+def relax_chains(mod, int_attr=None, inflight_end: bool = False) -> int:
     """Relax the intermediate waits of wgmma chains in a TTGIR module (see the module docstring, item 2).
-    Returns the number of waits relaxed. ``int_attr(n)`` makes the i32 attribute (default: Triton's builder)."""
+    Returns the number of waits relaxed. ``int_attr(n)`` makes the i32 attribute (default: Triton's builder).
+
+    ``inflight_end`` also relaxes the chains of a software-pipelined K loop, which end in no wait at all: the last
+    dot's result goes straight to ``scf.yield`` (it runs on into the next iteration, whose first wait, or the wait
+    after the loop, completes it), and the first dot accumulates into the loop-carried value. Relaxed, the first
+    wait is ``pendings = 1``: every wgmma group issued before this iteration's first dot is complete there (groups
+    complete in order), so the stage buffers of earlier iterations, which this iteration's copies overwrite, are
+    free as before; only this iteration's own dots stay in flight. Required: no op of the loop body before the
+    chain writes shared memory or opens a region, and nothing between the dots does (``_CHAIN_OK``)."""
     if int_attr is None:
         from triton._C.libtriton import ir
         int_attr = ir.builder(mod.context).get_int32_attr
@@ -66,39 +75,58 @@ def relax_chains(mod, int_attr=None) -> int:
             return None
         return k
 
+    producer = {op.get_result(r).id(): i for i, op in enumerate(ops) for r in range(op.get_num_results())}
+    chain_ok = lambda o: o.get_name() in _CHAIN_OK or o.get_name().startswith(_CHAIN_OK_PREFIX)
+
+    def loop_carried(first_wait, last_dot):
+        """The pipelined shape (see ``inflight_end``) around the waits from ``first_wait`` to the dot ``last_dot``."""
+        blk = ops[first_wait].get_block().id()
+        d0 = producer.get(ops[first_wait].get_operand(0).id())
+        out = uses.get(ops[last_dot].get_result(0).id(), [])
+        return (d0 is not None and ops[d0].get_name() == "ttng.warp_group_dot"
+                and ops[d0].get_operand(2).id() not in producer                      # a block argument
+                and len(out) == 1 and ops[out[0][0]].get_name() == "scf.yield"
+                and ops[out[0][0]].get_block().id() == blk == ops[last_dot].get_block().id()
+                and all(chain_ok(o) for o in ops[d0:last_dot + 1])
+                and all(chain_ok(o) for o in ops[:d0] if o.get_block().id() == blk))
+
     relaxed = 0
     done = set()
     for i, op in enumerate(ops):
         if i in done or op.get_name() != "ttng.warp_group_dot_wait" or op.get_num_results() < 1:
             continue
         # follow the chain from this wait: wait -> dot -> wait -> dot ... -> a wait whose result leaves the chain
-        chain = [i]
+        chain, tail = [i], None
         while (k := next_in_chain(chain[-1])) is not None:
             w = k + 1
             if w >= len(ops) or ops[w].get_name() != "ttng.warp_group_dot_wait" or \
                     ops[w].get_operand(0).id() != ops[k].get_result(0).id():
-                chain = []
+                tail = k  # a dot with no wait after it
                 break
             chain.append(w)
         done.update(chain)
-        if len(chain) < 2:
-            continue
-        if pos[chain[-1]] != 0:
-            continue
-        blk = op.get_block().id()
-        span = ops[chain[0]:chain[-1] + 1]
-        if any(o.get_block().id() != blk for o in (ops[c] for c in chain)) or not all(
-                o.get_name() in _CHAIN_OK or o.get_name().startswith(_CHAIN_OK_PREFIX) for o in span):
-            continue
-        for n, c in enumerate(chain[:-1], start=1):
+        if tail is not None:  # pipelined: every wait of the chain is intermediate
+            if not (inflight_end and loop_carried(chain[0], tail)):
+                continue
+            relax = chain
+        else:
+            if len(chain) < 2 or pos[chain[-1]] != 0:
+                continue
+            blk = op.get_block().id()
+            if any(o.get_block().id() != blk for o in (ops[c] for c in chain)) or not all(
+                    chain_ok(o) for o in ops[chain[0]:chain[-1] + 1]):
+                continue
+            relax = chain[:-1]
+        for n, c in enumerate(relax, start=1):
             ops[c].get_result(0).set_attr("pendings", int_attr(n))
             relaxed += 1
     return relaxed
 
 
 @contextlib.contextmanager
-def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False):
-    """While active, kernels that Triton compiles for sm_90 get edit 1 (``acc_init``) and/or edit 2 (``relax``)."""
+def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False, inflight_end: bool = False):
+    """While active, kernels that Triton compiles for sm_90 get edit 1 (``acc_init``) and/or edit 2 (``relax``;
+    ``inflight_end``: ``relax_chains``'s, for chains whose last dot the pipeliner keeps in flight)."""
     from triton import knobs
     from triton._C.libtriton import passes
     missing = [n for n, ok in (("passes.ttgpuir.add_optimize_accumulator_init",
@@ -125,7 +153,7 @@ def hopper_wgmma_passes(acc_init: bool = True, relax: bool = False):
 
         def ttgir(src, metadata):
             mod = make(src, metadata)
-            relax_chains(mod)
+            relax_chains(mod, inflight_end=inflight_end)
             return mod
         stages["ttgir"] = ttgir
 

@@ -22,7 +22,7 @@ from .kernel import TASK_HEADER, _dag_fwd
 INT32_MAX = 2**31 - 1
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
-               queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "wait"),
+               queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "async_inflight", "wait"),
                check=("sync", "lazy"), trace=(False, True), prefetch=(False, True),
                cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
@@ -274,6 +274,8 @@ def compile_context(o: dict):
     import contextlib
     if o["wgmma_chain"] == "async":
         return hopper_wgmma_passes(acc_init=False, relax=True)
+    if o["wgmma_chain"] == "async_inflight":
+        return hopper_wgmma_passes(acc_init=False, relax=True, inflight_end=True)
     return contextlib.nullcontext()
 
 
