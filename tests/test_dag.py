@@ -337,3 +337,12 @@ def test_simulate_table_prices_levers_and_restores_the_cost_model(capsys):
     assert G.COST_MODELS == before
     assert "window" in base[0] and len(base[1].split()) == 12
     assert float(cheap[1].split()[3]) < float(base[1].split()[3])   # the critical path
+
+
+def test_check_gpu_configs_are_valid_parameters():
+    """Every ``bench/dag/check_gpu`` configuration names parameters ``prepare`` knows, with allowed values (a typo
+    would cost a GPU call; the tune candidates: tests/test_tuning.py)."""
+    from bench.dag.check_gpu import CONFIGS, PRECISION_CONFIGS
+    for params in CONFIGS.values():
+        host.check_params(params)
+    assert set(PRECISION_CONFIGS) <= set(CONFIGS)
