@@ -46,7 +46,7 @@ def signature(case, t: G.Tiling) -> dict:
 
 def sass_counts(kernel) -> dict:
     """Instruction counts in the SASS of ``kernel`` (bundled nvdisasm): all, HGMMA (wgmma), LDGSTS (cp.async),
-    UBLKPF (bulk L2 prefetch), STL / LDL (local memory: spills)."""
+    STL / LDL (local memory: spills)."""
     import os
     import subprocess
     import tempfile
@@ -57,8 +57,7 @@ def sass_counts(kernel) -> dict:
         sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True).stdout
     ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
     count = lambda op: sum(1 for i in ins if i.split(".")[0] == op)
-    return dict(instructions=len(ins), hgmma=count("HGMMA"), ldgsts=count("LDGSTS"), ublkpf=count("UBLKPF"),
-                stl=count("STL"),
+    return dict(instructions=len(ins), hgmma=count("HGMMA"), ldgsts=count("LDGSTS"), stl=count("STL"),
                 ldl=count("LDL"))
 
 
@@ -102,7 +101,7 @@ def main(argv=None):
               f"{r['spill_loads']} shared={r['shared']} wgmma={r['wgmma']} serialized={r['wgmma_serialized']} "
               f"ctas/SM={occ} grid={meta['GRID']} tasks={len(g.tasks)} split_k_o={t.split_k_o} "
               f"split_k_ffn2={t.split_k_ffn2} gemm_sites={meta['N_SITES']} sass={sc['instructions']} "
-              f"HGMMA={sc['hgmma']} LDGSTS={sc['ldgsts']} UBLKPF={sc['ublkpf']} STL/LDL={sc['stl']}/{sc['ldl']}", flush=True)
+              f"HGMMA={sc['hgmma']} LDGSTS={sc['ldgsts']} STL/LDL={sc['stl']}/{sc['ldl']}", flush=True)
 
 
 if __name__ == "__main__":

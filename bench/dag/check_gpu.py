@@ -71,20 +71,6 @@ CONFIGS = {
     "bn128_s2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2),
     "bn128_s2_f16_ffn1": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
                               scheme_ffn1="f16_w1"),
-    "pf": dict(prefetch=True),                     # weights' K range into L2 at the ticket (docs/dag.md)
-    "pf_a64": dict(prefetch=True, prefetch_ahead=64),
-    "pf_a264": dict(prefetch=True, prefetch_ahead=264),
-    "pf_s2": dict(prefetch=True, num_stages=2),
-    "pf_f16_ffn1": dict(prefetch=True, scheme_ffn1="f16_w1"),
-    "pf_f16_ffn2": dict(prefetch=True, scheme_ffn2="f16_w1"),
-    "pf_bn128_s2": dict(prefetch=True, block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128,
-                        num_stages=2),
-    "f16_ffn1_as2": dict(scheme_ffn1="f16_w1", attn_stages=2),
-    "f16_ffn1_as3": dict(scheme_ffn1="f16_w1", attn_stages=3),
-    "as2": dict(attn_stages=2),
-    "bn128_s2_f16_ffn1_as2": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
-                                  scheme_ffn1="f16_w1", attn_stages=2),
-    "cost_h200": dict(cost_model="h200"),           # the queue order from the cost model fitted to the traces
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")

@@ -38,35 +38,30 @@ def main(argv=None):
     params = dict(kv.split("=", 1) for kv in a.param)
     params = {k: parse_value(v) for k, v in params.items()}
     name = check_params(params)["cost_model"]
-    base = G.COST_MODELS[name]
     changes = {f: v for f, v in (("task_us", a.cost_task_us), ("link_us", a.cost_link_us),
                                  ("tflops", a.cost_tflops)) if v is not None}
-    G.COST_MODELS[name] = dataclasses.replace(base, **changes)
-    try:
-        print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
-              f"{'static':>7} {'s+jit':>7} {'idle':>5}" + (f" {'window':>7} {'w+jit':>7}" if a.window else "")
-              + f"  (µs, {a.programs} programs, cost model {name}{' ' + str(changes) if changes else ''})")
-        for c in a.cases:
-            case = load_case(c)
-            g = graph_for(case, n_programs=a.programs, **params)
-            if a.durations:
-                other = graph_for(case, n_programs=a.programs, **dict(params, cost_model=a.durations))
-                cost = {t.seq: t.cost for t in other.tasks}
-                for t in g.tasks:
-                    t.cost = cost[t.seq]
-            r = report(g, a.programs, a.seeds, a.jitter, pop_us=a.pop_us, signal_us=a.signal_us)
-            q, s = r["queue"], r["static"]
-            line = (f"{case.name:8} {r['tasks']:6d} {r['work_us'] / a.programs:8.1f} {r['critical_path_us']:7.1f} "
-                    f"{q['makespan_us']:7.1f} {q['jittered_us']:7.1f} {q['idle']:5.2f} "
-                    f"{s['makespan_us']:7.1f} {s['jittered_us']:7.1f} {s['idle']:5.2f}")
-            if a.window:
-                runs = [timed(g, a.programs, "window", a.jitter if k else 0.0, a.pop_us, a.signal_us, seed=k,
-                              window=a.window).makespan_us for k in range(a.seeds)]
-                line += f" {runs[0]:7.1f} {sum(runs[1:]) / max(1, a.seeds - 1):7.1f}"
-            print(line, flush=True)
-    finally:
-        G.COST_MODELS[name] = base
-
+    cost = dataclasses.replace(G.COST_MODELS[name], **changes)
+    print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
+          f"{'static':>7} {'s+jit':>7} {'idle':>5}" + (f" {'window':>7} {'w+jit':>7}" if a.window else "")
+          + f"  (µs, {a.programs} programs, cost model {name}{' ' + str(changes) if changes else ''})")
+    for c in a.cases:
+        case = load_case(c)
+        g = graph_for(case, n_programs=a.programs, cost=cost, **params)
+        if a.durations:
+            other = graph_for(case, n_programs=a.programs, **dict(params, cost_model=a.durations))
+            dur = {t.seq: t.cost for t in other.tasks}
+            for t in g.tasks:
+                t.cost = dur[t.seq]
+        r = report(g, a.programs, a.seeds, a.jitter, pop_us=a.pop_us, signal_us=a.signal_us)
+        q, s = r["queue"], r["static"]
+        line = (f"{case.name:8} {r['tasks']:6d} {r['work_us'] / a.programs:8.1f} {r['critical_path_us']:7.1f} "
+                f"{q['makespan_us']:7.1f} {q['jittered_us']:7.1f} {q['idle']:5.2f} "
+                f"{s['makespan_us']:7.1f} {s['jittered_us']:7.1f} {s['idle']:5.2f}")
+        if a.window:
+            runs = [timed(g, a.programs, "window", a.jitter if k else 0.0, a.pop_us, a.signal_us, seed=k,
+                          window=a.window).makespan_us for k in range(a.seeds)]
+            line += f" {runs[0]:7.1f} {sum(runs[1:]) / max(1, a.seeds - 1):7.1f}"
+        print(line, flush=True)
 
 if __name__ == "__main__":
     main()

@@ -88,23 +88,3 @@ def signal_counter(ctr_ptr, GPU: tl.constexpr):
     else:
         tl.atomic_add(ctr_ptr, 1, sem="release", scope="gpu")
 
-
-# the first threads of the CTA ask the TMA engine to bring [$1, $1 + $2) (bytes, 16-aligned, a multiple of 16) into
-# L2, PREFETCH_CHUNK bytes per thread (cp.async.bulk.prefetch.L2: no reply, no register or shared memory); $0 = 0
-PREFETCH_CHUNK = tl.constexpr(16384)
-PREFETCH_L2_PTX = tl.constexpr(
-    "{ .reg .pred p; .reg .b32 t, o, n; .reg .b64 a;\n\t"
-    "mov.u32 t, %tid.x; mul.lo.u32 o, t, 16384; setp.lt.u32 p, o, $2;\n\t"
-    "sub.u32 n, $2, o; min.u32 n, n, 16384;\n\t"
-    "cvt.u64.u32 a, o; add.u64 a, a, $1;\n\t"
-    "@p cp.async.bulk.prefetch.L2.global [a], n; }\n\tmov.b32 $0, 0;")
-
-
-@triton.jit
-def prefetch_l2(ptr, nbytes, GPU: tl.constexpr):
-    """Bring ``nbytes`` from ``ptr`` on into L2 without waiting (sm_90 bulk prefetch, at most 16 KB per thread:
-    2 MB with 128 threads); nothing under the interpreter."""
-    if GPU:
-        one = tl.arange(0, 1)
-        tl.inline_asm_elementwise(PREFETCH_L2_PTX, "=r,l,r", [ptr + one, nbytes + one * 0], dtype=tl.int32,
-                                  is_pure=False, pack=1)

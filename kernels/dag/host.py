@@ -3,6 +3,7 @@ compile and co-residency check) and ``run`` (timed: validate x, allocate y, one 
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -22,12 +23,12 @@ from .kernel import TASK_HEADER, _dag_fwd
 INT32_MAX = 2**31 - 1
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
-               queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"), wgmma_chain=("async", "async_inflight", "wait"),
-               check=("sync", "lazy"), trace=(False, True), prefetch=(False, True),
+               queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"),
+               wgmma_chain=("async", "async_inflight", "wait"),
+               check=("sync", "lazy"), trace=(False, True),
                cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
-        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "prefetch_ahead",
-        "attn_stages")
+        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -121,10 +122,13 @@ def check_envelope(case: Case, t: G.Tiling) -> None:
                           f"block_m={t.block_m} rows (at most {MAX_WAITS_LIMIT}); raise block_m or use hybrid")
 
 
-def graph_for(case: Case, n_programs: int = 132, **params) -> G.Graph:
-    """The task graph ``prepare`` builds for ``case`` with ``params`` on ``n_programs`` programs."""
+def graph_for(case: Case, n_programs: int = 132, cost: G.Cost | None = None, **params) -> G.Graph:
+    """The task graph ``prepare`` builds for ``case`` with ``params`` on ``n_programs`` programs; ``cost`` in place
+    of the ``cost_model`` the parameters name (the simulator prices a lever with it)."""
     o = check_params(params)
     t = tiling_for(case, o, n_programs)
+    if cost is not None:
+        t = dataclasses.replace(t, cost=cost)
     check_envelope(case, t)
     return G.build(case, t, o["order"], n_programs)
 
@@ -262,8 +266,7 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
                 SCHEME_QKV=t.scheme_qkv, SCHEME_O=t.scheme_o, SCHEME_FFN1=t.scheme_ffn1, SCHEME_FFN2=t.scheme_ffn2,
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
-                WGMMA_CHAIN=o["wgmma_chain"], TRACE=bool(o["trace"]), PREFETCH=bool(o["prefetch"]),
-                PREFETCH_AHEAD=o["prefetch_ahead"], ATTN_STAGES=o["attn_stages"],
+                WGMMA_CHAIN=o["wgmma_chain"], TRACE=bool(o["trace"]), ATTN_STAGES=o["attn_stages"],
                 WAIT=o["wait"], MAX_WAITS_P2=triton.next_power_of_2(max(1, g.max_waits)))
 
 
@@ -444,7 +447,7 @@ def _realized_chain(g: G.Graph, t: torch.Tensor) -> dict:
     while True:
         k = G.KINDS[g.tasks[i].kind]
         work[k] = work.get(k, 0.0) + (done[i] - start[i]) / 1e3
-        prods = g.producers[i] if g.producers else []
+        prods = g.producers[i]
         if not prods:
             break
         j = max(prods, key=done.__getitem__)

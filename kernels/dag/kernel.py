@@ -30,7 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.task_sync import prefetch_l2, signal_counter, wait_counter, wait_counters
+from ..common.task_sync import signal_counter, wait_counter, wait_counters
 from ..common.tl_helpers import (dot_split, gelu_erf, gelu_log2poly, globaltimer, layernorm_rows, smid, split_bf16,
                                  split_f16)
 
@@ -354,38 +354,6 @@ def _gemm_site(kind, l, m, n, s,
 
 
 @triton.jit
-def _prefetch_weights(kind, l, n, s, wqkv_hi_ptr, wqkv_lo_ptr, wo_hi_ptr, wo_lo_ptr, w1_hi_ptr, w1_lo_ptr, w2_hi_ptr,
-                      w2_lo_ptr, D: tl.constexpr, K_CHUNK_O: tl.constexpr, K_CHUNK_FFN2: tl.constexpr,
-                      BN_QKV: tl.constexpr, BN_O: tl.constexpr, BN_FFN1: tl.constexpr, BN_FFN2: tl.constexpr,
-                      SCHEME_QKV: tl.constexpr, SCHEME_O: tl.constexpr, SCHEME_FFN1: tl.constexpr,
-                      SCHEME_FFN2: tl.constexpr, GPU: tl.constexpr):
-    """GEMM task (kind, layer l, column tile n, K split s): its weight slab's K range into L2 (``prefetch_l2``; the
-    slab layout of ``_gemm_task``: [L, ceil(N / BN), K, BN], 2-byte parts, the lo part only on bf16x3). Other kinds: none."""
-    if kind == 1:
-        off = (l * ((3 * D + BN_QKV - 1) // BN_QKV) + n) * (D * BN_QKV)
-        prefetch_l2(wqkv_hi_ptr + off, D * BN_QKV * 2, GPU)
-        if SCHEME_QKV == "bf16x3":
-            prefetch_l2(wqkv_lo_ptr + off, D * BN_QKV * 2, GPU)
-    elif kind == 3:
-        off = (l * ((D + BN_O - 1) // BN_O) + n) * (D * BN_O) + s * K_CHUNK_O * BN_O
-        nb = (tl.minimum(K_CHUNK_O, D - s * K_CHUNK_O) * BN_O * 2).to(tl.int32)
-        prefetch_l2(wo_hi_ptr + off, nb, GPU)
-        if SCHEME_O == "bf16x3":
-            prefetch_l2(wo_lo_ptr + off, nb, GPU)
-    elif kind == 5:
-        off = (l * ((4 * D + BN_FFN1 - 1) // BN_FFN1) + n) * (D * BN_FFN1)
-        prefetch_l2(w1_hi_ptr + off, D * BN_FFN1 * 2, GPU)
-        if SCHEME_FFN1 == "bf16x3":
-            prefetch_l2(w1_lo_ptr + off, D * BN_FFN1 * 2, GPU)
-    elif kind == 6:
-        off = (l * ((D + BN_FFN2 - 1) // BN_FFN2) + n) * (4 * D * BN_FFN2) + s * K_CHUNK_FFN2 * BN_FFN2
-        nb = (tl.minimum(K_CHUNK_FFN2, 4 * D - s * K_CHUNK_FFN2) * BN_FFN2 * 2).to(tl.int32)
-        prefetch_l2(w2_hi_ptr + off, nb, GPU)
-        if SCHEME_FFN2 == "bf16x3":
-            prefetch_l2(w2_lo_ptr + off, nb, GPU)
-
-
-@triton.jit
 def _wait_task(row_ptr, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS: tl.constexpr,
                GPU: tl.constexpr):
     """Wait for every counter task ``t`` names (row ``row_ptr`` of the task table) to reach epoch x its goal; a
@@ -471,17 +439,11 @@ def _dag_fwd(
     TASK_WIDTH: tl.constexpr, NUM_STAGES: tl.constexpr, DOT_PREC: tl.constexpr, GPU: tl.constexpr,
     WGMMA_CHAIN: tl.constexpr,  # (compile-time pass choice, host.compile_context: part of the cache key only)
     TRACE: tl.constexpr,    # stamp every task into trace_ptr (host.task_profile; GPU only)
-    PREFETCH: tl.constexpr,  # a GEMM task asks for its weights' K range in L2 at its ticket, before its waits
-    PREFETCH_AHEAD: tl.constexpr,  # > 0: also the weights of the task this many tickets further on
     ATTN_STAGES: tl.constexpr,  # attention key loop: 0 every block under a branch | n software-pipelined, n stages
     WAIT: tl.constexpr,     # serial: thread 0 polls the task's counters in turn | parallel: all at once
     MAX_WAITS_P2: tl.constexpr,  # MAX_WAITS rounded up to a power of two (the parallel wait's vector)
 ):
     M: tl.constexpr = B * S
-    BN_QKV: tl.constexpr = SITE_BLOCK_N[SITE_QKV]
-    BN_O: tl.constexpr = SITE_BLOCK_N[SITE_O]
-    BN_FFN1: tl.constexpr = SITE_BLOCK_N[SITE_FFN1]
-    BN_FFN2: tl.constexpr = SITE_BLOCK_N[SITE_FFN2]
     pid = tl.program_id(0)
     if QUEUE == "queue":  # every launch takes n_tasks + GRID tickets (each program's last one finds no task)
         base = (epoch - 1) * (n_tasks + GRID)
@@ -504,17 +466,6 @@ def _dag_fwd(
         z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_task)
         if TRACE:
             tl.store(trace_ptr + 4 * t, globaltimer(pid))
-        if PREFETCH:
-            _prefetch_weights(kind, l, b, c, wqkv_hi_ptr, wqkv_lo_ptr, wo_hi_ptr, wo_lo_ptr, w1_hi_ptr, w1_lo_ptr,
-                              w2_hi_ptr, w2_lo_ptr, D, K_CHUNK_O, K_CHUNK_FFN2, BN_QKV, BN_O, BN_FFN1, BN_FFN2,
-                              SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GPU)
-        if PREFETCH_AHEAD > 0:
-            if t + PREFETCH_AHEAD < n_tasks:
-                row2 = tab_ptr + (t + PREFETCH_AHEAD) * TASK_WIDTH
-                _prefetch_weights(tl.load(row2), tl.load(row2 + 1), tl.load(row2 + 3), tl.load(row2 + 4), wqkv_hi_ptr,
-                                  wqkv_lo_ptr, wo_hi_ptr, wo_lo_ptr, w1_hi_ptr, w1_lo_ptr, w2_hi_ptr, w2_lo_ptr, D,
-                                  K_CHUNK_O, K_CHUNK_FFN2, BN_QKV, BN_O, BN_FFN1, BN_FFN2, SCHEME_QKV, SCHEME_O,
-                                  SCHEME_FFN1, SCHEME_FFN2, GPU)
         if WAIT == "parallel":
             _wait_task_parallel(row, ctr_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, MAX_SIGNALS, MAX_WAITS_P2, GPU)
         else:
