@@ -50,6 +50,8 @@ CONFIGS = {
     "chain_inflight": dict(wgmma_chain="async_inflight"),   # the GEMM K step's three products in flight together
     "chain_inflight_pw": dict(wgmma_chain="async_inflight", wait="parallel"),
     "pw": dict(wait="parallel"),
+    "cost_h200": dict(cost_model="h200"),              # the critical order from the fitted costs (link latency priced)
+    "all3": dict(cost_model="h200", wgmma_chain="async_inflight", wait="parallel"),
     "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
     "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
     "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),
