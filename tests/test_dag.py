@@ -150,8 +150,8 @@ def test_odd_shape_passes_gate_all_scales():
 
 
 @pytest.mark.parametrize("params", [dict(queue="static"), TILINGS[1], dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
-                                    dict(wait="parallel", queue="static")],
-                         ids=["static", "narrow", "f16_w1", "parallel_wait"])
+                                    dict(wait="serial", queue="static"), dict(cost_model="nominal")],
+                         ids=["static", "narrow", "f16_w1", "serial_wait", "nominal_order"])
 def test_other_schedules_pass_gate(params):
     _check(ODD_CAUSAL, params, scales=[1e-2], seeds=[0])
 
@@ -275,7 +275,7 @@ def test_dag_is_registered_for_its_family():
 
 @pytest.mark.slow
 def test_mixed_schemes_and_widths_compile_for_sm90():
-    """Three GEMM sites (a scheme and a tile width apart), with the parallel waits and the in-flight wgmma chains,
+    """Three GEMM sites (a scheme and a tile width apart), with the defaults' parallel waits and in-flight wgmma chains,
     compile for sm_90 without a GPU (the interpreter, which the other tests use, does not check constexpr rules: a
     site's constexprs once broke only the real compile)."""
     import os
