@@ -99,7 +99,7 @@ def test_a_queue_out_of_topological_order_deadlocks_in_the_simulator():
         sim.interleave(g, 1, "queue", 0)
 
 
-@pytest.mark.parametrize("policy", sim.POLICIES)
+@pytest.mark.parametrize("policy", sim.TIMED_POLICIES)
 def test_timed_makespan_is_bounded_by_work_and_critical_path(policy):
     g = _graph(load_case("case03"))
     r = sim.timed(g, 132, policy, jitter=0.3, seed=1)
@@ -117,6 +117,18 @@ def test_window_of_one_ticket_is_the_queue_and_wider_windows_finish():
     for w in (2, 3):
         r = sim.timed(g, 33, "window", jitter=0.3, seed=2, window=w)
         assert r.makespan_us >= max(g.critical_path_us(), r.work_us / 33) - 1e-6
+
+
+def test_ready_policy_never_holds_a_task_that_is_not_ready():
+    """The simulator's ``ready`` policy on one program and on many, with and without jitter: every task runs after its
+    producers (``timed`` asserts it); with one program and no costs the programs are never idle (a ready task is
+    always there: the graph is acyclic), unlike a queue order that is not a list schedule."""
+    g = _graph(load_case("smoke2"))
+    one = sim.timed(g, 1, "ready", pop_us=0.0, signal_us=0.0)
+    assert one.makespan_us == pytest.approx(one.work_us)
+    for n, jitter in ((3, 0.0), (33, 0.3)):
+        r = sim.timed(g, n, "ready", jitter=jitter, seed=4)
+        assert r.makespan_us >= max(g.critical_path_us(), r.work_us / n) - 1e-6
 
 
 def test_critical_order_is_topological_and_not_slower_than_layer_order():
@@ -319,6 +331,27 @@ def test_realized_chain_follows_the_last_producer_back_to_the_first_task():
     assert ch["link_mean"] == pytest.approx(1.0)
     assert ch["work_total"] + ch["link_total"] == pytest.approx(max(done))
     assert ch["head"].startswith("ln1[l0]") and ch["head_at_us"] == 0.0
+
+
+def test_task_profile_reads_the_five_stamps():
+    """``task_profile`` on a synthetic trace (the kernel's layout: ticket, wait done, task done, program << 16 | SM,
+    work done before the signal): per kind the wait, the work (to signalled) and the signal alone."""
+    import types
+
+    import torch
+    c = load_case("smoke2")
+    g = G.build(c, host.tiling_for(c, host.check_params({}), 8), n_programs=8)
+    n = len(g.tasks)
+    tr = torch.zeros(n, 5, dtype=torch.int64)
+    for i in range(n):  # task i: ticket at 10 i µs, 2 µs of wait, 5 µs of work whose last 0.5 µs is the signal
+        tr[i] = torch.tensor([10_000 * i, 10_000 * i + 2_000, 10_000 * i + 7_000, (i % 8) << 16 | (i % 4),
+                              10_000 * i + 6_500])
+    p = types.SimpleNamespace(meta={"TRACE": True}, trace=tr, graph=g, grid=8)
+    prof = host.task_profile(p)
+    for d in prof["kinds"].values():
+        assert d["wait_mean"] == pytest.approx(2.0) and d["work_mean"] == pytest.approx(5.0)
+        assert d["signal_mean"] == pytest.approx(0.5)
+    assert prof["kernel_us"] == pytest.approx(10 * (n - 1) + 7) and prof["sms"] == 4
 
 
 def test_simulate_table_prices_levers_and_restores_the_cost_model(capsys):

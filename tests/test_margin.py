@@ -130,3 +130,79 @@ def test_the_correctness_job_records_the_margin_and_fails_on_it():
     peer = Variant("peerish", v.prepare, v.run, kind="peer")
     ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=peer, prepared=peer.prepare(case, w), device=CPU)
     assert "margin" not in correctness.job(ctx), "peers are not margin-checked by default (gate.margin.kinds)"
+
+
+def _counting(over_tol, fail_after=None):
+    """``_noisy`` that counts its calls and, with ``fail_after``, stops the job (KeyboardInterrupt, as a time
+    limit's SIGINT does) on that call."""
+    base = _noisy(over_tol)
+    calls = []
+
+    def run(p, x):
+        if fail_after is not None and len(calls) == fail_after:
+            raise KeyboardInterrupt
+        calls.append(_digest(x))
+        return base.run(p, x)
+    return Variant("counting", base.prepare, run, kind="ours"), calls
+
+
+def test_an_interrupted_margin_check_resumes_where_it_stopped(tmp_path):
+    """A job stopped part-way (a call's time limit) keeps its finished inputs beside its result; the re-run of the same
+    job runs only the others, records how many it resumed, gives the uninterrupted run's numbers and removes the file.
+    Another configuration (here another scale) never resumes from it."""
+    from workflow.stages.correctness import margin_progress_path
+    case = load_case("smoke1")
+    w = make_weights(case)
+    n = SMALL.inputs + len(SMALL.weight_seed_offsets) * SMALL.inputs_per_weight_seed
+    over = lambda x: 0.3 + (_digest(x) % 97) / 200  # noqa: E731  a different error per input
+    path = margin_progress_path(tmp_path / "correctness" / "auto.json")
+    assert path.name == ".auto.margin-progress.jsonl" and not path.name.endswith(".json")
+
+    def check(v, p=path, scale=0.1):
+        return margin_check(case, w, v, v.prepare(case, w), {}, scale, SMALL, SEEDS, ATOL, RTOL, CPU, progress_path=p)
+
+    full = check(_counting(over)[0], p=None)
+    v, calls = _counting(over, fail_after=37)
+    with pytest.raises(KeyboardInterrupt):
+        check(v)
+    assert len(path.read_text().splitlines()) == 1 + 37
+    with open(path, "a") as f:
+        f.write('{"weight_seed": 1, "input_se')  # a line torn by the kill
+    v, calls = _counting(over)
+    m = check(v)
+    assert len(calls) == n - 37 and m["resumed_inputs"] == 37 and not path.exists()
+    for k in ("n_inputs", "max_over_tol", "p99_over_tol", "median_over_tol", "worst", "max_over_tol_per_weight_seed"):
+        assert m[k] == full[k], k
+    v, calls = _counting(over, fail_after=5)
+    with pytest.raises(KeyboardInterrupt):
+        check(v)
+    v, calls = _counting(over)
+    m = check(v, scale=1.0)
+    assert len(calls) == n and m["resumed_inputs"] == 0, "a progress file of another scale is started again"
+
+
+def test_the_correctness_job_keeps_margin_progress_beside_its_result(tmp_path):
+    """``job()`` hands the margin check the progress file next to ``ctx.out_path``; ``resume: false`` turns it off."""
+    from types import SimpleNamespace
+
+    from workflow.stages import correctness
+    case = load_case("smoke1")
+    w = make_weights(case)
+    cfg = OmegaConf.create({"gate": OmegaConf.to_container(CFG), "variant": {"params": {}}})
+    cfg.gate.margin.inputs, cfg.gate.margin.inputs_per_weight_seed = 8, 2
+    out = tmp_path / "auto.json"
+    for resume, fail_after, expect_file in ((False, 14 + 5, False), (True, 14 + 5, True)):
+        cfg.gate.margin.resume = resume
+        v, _ = _counting(lambda x: 0.4, fail_after=fail_after)
+        ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU,
+                              out_path=out)
+        with pytest.raises(KeyboardInterrupt):
+            correctness.job(ctx)
+        assert (tmp_path / ".auto.margin-progress.jsonl").exists() is expect_file
+    cfg.gate.margin.resume = True
+    v, calls = _counting(lambda x: 0.4)
+    ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU,
+                          out_path=out)
+    body = correctness.job(ctx)
+    assert body["passed"] and body["margin"]["resumed_inputs"] == 5 and len(calls) == 14 + 8 + 3 * 2 - 5
+    assert not (tmp_path / ".auto.margin-progress.jsonl").exists()

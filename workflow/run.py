@@ -41,6 +41,7 @@ class JobContext:
     variant_impl: str
     prepared: Any
     device: Any
+    out_path: Any = None  # the job's result file (the correctness stage keeps its margin progress beside it)
 
 
 def task_overrides() -> list[str]:
@@ -234,7 +235,7 @@ def run_job(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         info = getattr(getattr(prepared, "inner", prepared), "info", None)
         if isinstance(info, dict):  # e.g. the autotuned choice of seqres (its candidates, times, pick)
             rec["prepare_info"] = json.loads(json.dumps(info, default=str))
-        ctx = JobContext(cfg, case, weights, variant, cfg.variant.impl, prepared, device)
+        ctx = JobContext(cfg, case, weights, variant, cfg.variant.impl, prepared, device, out_path)
         if cfg.stage == "correctness":
             body = correctness.job(ctx)
         elif cfg.stage == "timing":

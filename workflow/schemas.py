@@ -46,6 +46,7 @@ class MarginCfg(_Cfg):
     weight_seed_offsets: list[StrictInt]
     inputs_per_weight_seed: StrictInt = Field(ge=0)
     ref_batch: StrictInt = Field(ge=1)
+    resume: StrictBool = True
 
 
 class GateCfg(_Cfg):

@@ -202,12 +202,12 @@ def profile(case, params: dict, w, args) -> dict:
     torch.cuda.synchronize()
     host.check(p)
     prof = host.task_profile(p)
-    kinds = " ".join(f"{k}:{d['work_mean']:.1f}/{d['model_mean']:.1f}+{d['wait_mean']:.1f}w"
+    kinds = " ".join(f"{k}:{d['work_mean']:.1f}/{d['model_mean']:.1f}+{d['wait_mean']:.1f}w({d['signal_mean']:.2f}s)"
                      for k, d in prof["kinds"].items())
     ch = prof["chain"]
     chain = " ".join(f"{k}:{v:.0f}" for k, v in ch["work"].items())
     print(f"  {case.name}: traced kernel {prof['kernel_us']:.0f}us busy={prof['busy']:.2f} sms={prof['sms']} "
-          f"per-sm={prof['max_programs_per_sm']} | work/model+wait us: {kinds}\n"
+          f"per-sm={prof['max_programs_per_sm']} | work/model+wait(signal, inside work) us: {kinds}\n"
           f"    chain: {ch['tasks']} tasks, work {ch['work_total']:.0f}us ({chain}), links {ch['link_total']:.0f}us "
           f"(mean {ch['link_mean']:.2f}), from {ch['head']} at {ch['head_at_us']:.1f}us", flush=True)
     return prof

@@ -3,7 +3,7 @@ path, and the simulated makespan and idle fraction of both task-assignment polic
 
     python -m bench.dag.simulate 2 3 4 12 --seeds 5 [--param name=value ...] [--programs 264]
 
-``--window W`` adds the simulator-only ``window`` policy; ``--cost-task-us`` / ``--cost-link-us`` /
+``--window W`` and ``--ready`` add the simulator-only ``window`` and ``ready`` policies; ``--cost-task-us`` / ``--cost-link-us`` /
 ``--cost-tflops`` change the cost model the parameters pick (``cost_model``) to price a lever before it is built;
 ``--pop-us`` / ``--signal-us`` are the simulator's ticket and signal delays; ``--durations`` simulates one cost
 model's durations on the order another gives (docs/dag.md, "Open").
@@ -29,6 +29,8 @@ def main(argv=None):
     ap.add_argument("--pop-us", type=float, default=0.7, help="µs per ticket")
     ap.add_argument("--signal-us", type=float, default=0.7, help="µs from a producer's end to its consumer's start")
     ap.add_argument("--window", type=int, default=0, help="also the window policy with this many tickets")
+    ap.add_argument("--ready", action="store_true", help="also the ready-queue policy (event-driven; not in the kernel)")
+    ap.add_argument("--ready-pop-us", type=float, help="µs per pop of the ready policy (default: --pop-us)")
     ap.add_argument("--cost-task-us", type=float, help="the cost model's fixed µs per task")
     ap.add_argument("--cost-link-us", type=float, help="the cost model's µs per link (the critical order)")
     ap.add_argument("--cost-tflops", type=float, help="the cost model's TFLOP/s per program")
@@ -43,6 +45,7 @@ def main(argv=None):
     cost = dataclasses.replace(G.COST_MODELS[name], **changes)
     print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
           f"{'static':>7} {'s+jit':>7} {'idle':>5}" + (f" {'window':>7} {'w+jit':>7}" if a.window else "")
+          + (f" {'ready':>7} {'r+jit':>7} {'idle':>5}" if a.ready else "")
           + f"  (µs, {a.programs} programs, cost model {name}{' ' + str(changes) if changes else ''})")
     for c in a.cases:
         case = load_case(c)
@@ -61,6 +64,12 @@ def main(argv=None):
             runs = [timed(g, a.programs, "window", a.jitter if k else 0.0, a.pop_us, a.signal_us, seed=k,
                           window=a.window).makespan_us for k in range(a.seeds)]
             line += f" {runs[0]:7.1f} {sum(runs[1:]) / max(1, a.seeds - 1):7.1f}"
+        if a.ready:
+            pop = a.pop_us if a.ready_pop_us is None else a.ready_pop_us
+            runs = [timed(g, a.programs, "ready", a.jitter if k else 0.0, pop, a.signal_us, seed=k)
+                    for k in range(a.seeds)]
+            line += f" {runs[0].makespan_us:7.1f} {sum(r.makespan_us for r in runs[1:]) / max(1, a.seeds - 1):7.1f}" \
+                    f" {runs[0].idle_fraction:5.2f}"
         print(line, flush=True)
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ class DagPrepared:
     goal: torch.Tensor        # [n_counters] int32
     head: torch.Tensor        # [1] int32
     err: torch.Tensor         # [2] int32
-    trace: torch.Tensor       # trace: [tasks, 4] int64 (kernel.py, trace_ptr), else a 1-element dummy
+    trace: torch.Tensor       # trace: [tasks, 5] int64 (kernel.py, trace_ptr), else a 1-element dummy
     qk_scale: float
     spin_limit: int
     epoch: int = 0            # launches since the counters were last zeroed
@@ -347,7 +347,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
         ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
         goal=torch.tensor(g.goals, dtype=torch.int32, device=dev), head=torch.zeros(1, dtype=torch.int32, device=dev),
         err=torch.zeros(2, dtype=torch.int32, device=dev),
-        trace=torch.zeros(*((len(g.tasks), 4) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
+        trace=torch.zeros(*((len(g.tasks), 5) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
         qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=o["spin_limit"])
     p.info = dict(grid=grid, tiling=t.__dict__, **G.summary(g, grid))
     if gpu:
@@ -408,7 +408,8 @@ def _raise_timeout(p: DagPrepared, bad: int, task: int):
 def task_profile(p: DagPrepared) -> dict:
     """Where the last traced launch (``trace: true``) spent its time, from the per-task %globaltimer stamps (µs):
     the kernel (first ticket to last task done); per task kind the count, the mean and total wait (ticket to
-    counters complete) and work (counters complete to signalled); the programs' busy fraction (work / (grid x
+    counters complete) and work (counters complete to signalled), and the mean signal (the release: the fence and
+    the counter atomics, inside work); the programs' busy fraction (work / (grid x
     kernel)); the spread of the programs' first tickets; the SMs used and programs per SM."""
     if not p.meta["TRACE"]:
         raise ValueError("dag: task_profile needs a launch prepared with trace=true")
@@ -416,7 +417,7 @@ def task_profile(p: DagPrepared) -> dict:
     t = raw.double()
     t0 = float(t[:, 0].min())
     kernel = (float(t[:, 2].max()) - t0) / 1e3
-    wait, work = (t[:, 1] - t[:, 0]) / 1e3, (t[:, 2] - t[:, 1]) / 1e3
+    wait, work, signal = (t[:, 1] - t[:, 0]) / 1e3, (t[:, 2] - t[:, 1]) / 1e3, (t[:, 2] - t[:, 4]) / 1e3
     kinds = {}
     for i, task in enumerate(p.graph.tasks):
         kinds.setdefault(G.KINDS[task.kind], []).append(i)
@@ -424,7 +425,7 @@ def task_profile(p: DagPrepared) -> dict:
     for k, idx in kinds.items():
         w, r = wait[idx], work[idx]
         per[k] = dict(n=len(idx), wait_mean=float(w.mean()), wait_total=float(w.sum()), work_mean=float(r.mean()),
-                      work_max=float(r.max()), work_total=float(r.sum()),
+                      work_max=float(r.max()), work_total=float(r.sum()), signal_mean=float(signal[idx].mean()),
                       model_mean=sum(p.graph.tasks[i].cost for i in idx) / len(idx))
     per_sm, first = {}, {}
     for s_, g_, t_ in zip((raw[:, 3] & 0xFFFF).tolist(), (raw[:, 3] >> 16).tolist(), t[:, 0].tolist()):

@@ -13,8 +13,10 @@ Two models of N persistent programs running a graph:
 Both run either task-assignment policy of the kernel: ``queue`` (one global atomic ticket over the queue order:
 the next free program takes the next task) or ``static`` (per-program lists fixed by prepare from a list schedule
 of the cost model; program k runs its list in order). ``timed`` also runs ``window``, a policy the kernel does not
-have (a program whose tickets are not ready takes another, up to ``window``, and runs whichever is ready first), to
-price it before it is built (docs/dag.md, "Open").
+have (a program whose tickets are not ready takes another, up to ``window``, and runs whichever is ready first),
+and ``ready`` (event-driven: the producer that completes a task's last counter pushes the task on a ready queue,
+``signal_us`` later it can be popped, and a free program pops the earliest-queued ready task, paying ``pop_us``; no
+program ever holds a task that is not ready), to price them before they are built (docs/dag.md, "Open").
 
     python -m bench.dag.simulate 2 3 4 12 [--param split_k_o=4 ...] [--programs 132] [--seeds 8]
 """
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 from .graph import Graph
 
 POLICIES = ("queue", "static")   # the kernel's (``queue`` in config/variant/dag.yaml); ``timed`` also models
-TIMED_POLICIES = POLICIES + ("window",)  # ``window``: a program holds up to ``window`` tickets (not in the kernel)
+TIMED_POLICIES = POLICIES + ("window", "ready")  # not in the kernel: ``window`` (a program holds up to ``window``
+# tickets) and ``ready`` (the last producer of a task pushes it on a ready queue; programs pop ready tasks only)
 
 
 class Deadlock(RuntimeError):
@@ -177,6 +180,40 @@ def _window_schedule(g: Graph, n: int, window: int, dur: list, pop_us: float, si
     return start_at, finish
 
 
+def _ready_schedule(g: Graph, n: int, dur: list, pop_us: float, signal_us: float):
+    """``ready`` policy (see the module docstring): greedy list scheduling at run time, priority = queue position."""
+    T = len(g.tasks)
+    cons: list[list[int]] = [[] for _ in range(T)]
+    for i, ps in enumerate(g.producers):
+        for p in ps:
+            cons[p].append(i)
+    missing = [len(ps) for ps in g.producers]
+    start_at, finish = [0.0] * T, [None] * T
+    ev = [(0.0, 0, i) for i in range(T) if missing[i] == 0]   # (time, 0: ready, task) / (time, 1: free, program)
+    ev += [(0.0, 1, k) for k in range(n)]
+    heapq.heapify(ev)
+    avail: list[int] = []    # ready tasks (queue positions)
+    idle: list[int] = []     # free programs
+    while ev:
+        t, kind, x = heapq.heappop(ev)
+        if kind == 0:
+            heapq.heappush(avail, x)
+        else:
+            idle.append(x)
+        while avail and idle:
+            i, k = heapq.heappop(avail), idle.pop()
+            start_at[i] = t + pop_us
+            finish[i] = start_at[i] + dur[i]
+            heapq.heappush(ev, (finish[i], 1, k))
+            for c in cons[i]:
+                missing[c] -= 1
+                if missing[c] == 0:  # every producer started: its finish is known
+                    heapq.heappush(ev, (max(finish[p] for p in g.producers[c]) + signal_us, 0, c))
+    if any(f is None for f in finish):
+        raise Deadlock(f"ready on {n} programs: {sum(f is None for f in finish)} tasks never ran")
+    return start_at, finish
+
+
 def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: float = 0.7,
           signal_us: float = 0.7, seed: int = 0, window: int = 2) -> TimedResult:
     """Makespan of ``g`` on ``n`` programs with the cost model (see the module docstring)."""
@@ -195,6 +232,8 @@ def timed(g: Graph, n: int, policy: str = "queue", jitter: float = 0.0, pop_us: 
             heapq.heappush(free, (finish[i], k))
     elif policy == "window":
         start_at, finish = _window_schedule(g, n, window, dur, pop_us, signal_us)
+    elif policy == "ready":
+        start_at, finish = _ready_schedule(g, n, dur, pop_us, signal_us)
     elif policy == "static":
         lists = static_lists(g, n)
         pos = [0] * n

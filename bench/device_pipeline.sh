@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The pipeline on a lent H200 within one call's time (10 minutes), resumable: correctness (gate + SPEC §4 margin) of
+# every case x variant, several jobs at once on the one GPU, then every timing job alone on the GPU and the report,
+# then Nsight Compute while the budget lasts. Each stage is stopped when the budget runs out; call the script again
+# (same outputs/: the machine still warm, or outputs/ carried back) and it goes on where it stopped — Snakemake skips
+# the finished jobs and a stopped correctness job resumes its margin inputs (docs/pipeline.md, "The margin check").
+# Results land in outputs/ as any Snakemake run writes them; $OUT gets a tarball of outputs/ and the logs. Carry the
+# wheels (../shared/tools/device-wheels.sh .whl snakemake hydra-core ...).
+#   MKH_GIT_COMMIT=<commit> bash bench/device_pipeline.sh
+# env: CASES (default [case02,case03,case04,case12]; `all` = the 14 cases), VARIANTS (default [auto,dag,hybrid]:
+#      auto, the dag kernel and the CUDA-graph hybrid side by side), NCU_VARIANTS (default [dag]), NCU_BUDGET (s,
+#      default 120; 0 = no ncu), CORRECTNESS_JOBS (correctness jobs at once on the one GPU, default 8: right for the
+#      dag cases; cases 8, 13 and 14 need tens of GB each — eight at once ran case 8 out of memory — so use 4 with
+#      them), BUDGET (s for the whole call, default 560)
+set -uo pipefail
+t0=$(date +%s); deadline=$(( t0 + ${BUDGET:-560} ))
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/logs" outputs
+CASES=${CASES:-[case02,case03,case04,case12]}
+[ "$CASES" = all ] && CASES="[$(python3 -c "from kernels import list_cases; print(','.join(list_cases(smoke=False)))")]"
+VARIANTS=${VARIANTS:-[auto,dag,hybrid]}
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+left() { echo $(( deadline - $(date +%s) )); }
+# run "$@" for at most $1 s in its own process group, then stop the whole group: a plain `timeout snakemake` only
+# signals Snakemake, which then waits for its running jobs (an ncu job ran 6 minutes past its budget that way)
+run_for() { local s=$1; shift; [ "$s" -gt 5 ] || { stamp "no time left for: $*"; return 124; }
+  setsid "$@" & local pid=$!
+  ( sleep "$s"; kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null ) & local w=$!
+  wait "$pid"; local rc=$?; kill "$w" 2>/dev/null; return $rc; }
+# a lent machine runs one pipeline at a time: a lock left by a stopped run is stale
+unlock() { rm -rf .snakemake/locks; }
+pack() { tar czf "$OUT/results.tgz" outputs 2>/dev/null; cp -rf outputs/logs "$OUT/" 2>/dev/null; true; }
+trap pack EXIT
+cfg=(matrix=families gpu=h200 "cases=$CASES" "variants=$VARIANTS")
+stamp "correctness $CASES x $VARIANTS (budget $(left)s)"
+unlock; run_for "$(left)" snakemake --cores "${CORRECTNESS_JOBS:-8}" --set-threads correctness=1 --until correctness \
+  --keep-going --config "${cfg[@]}" ncu=false >> "$OUT/logs/snakemake-correctness.log" 2>&1
+stamp "correctness rc=$?"
+unlock; run_for "$(left)" snakemake --cores all --keep-going --config "${cfg[@]}" ncu=false \
+  >> "$OUT/logs/snakemake-timing.log" 2>&1
+rc=$?; stamp "timing+report rc=$rc"
+pack
+[ $rc = 0 ] && tail -30 outputs/report/h200/report.md
+nb=$(( $(left) < ${NCU_BUDGET:-120} ? $(left) : ${NCU_BUDGET:-120} ))
+if [ "${NCU_BUDGET:-120}" -gt 0 ]; then
+  unlock; run_for "$nb" snakemake --cores all --keep-going --config "${cfg[@]}" "ncu_variants=${NCU_VARIANTS:-[dag]}" \
+    >> "$OUT/logs/snakemake-ncu.log" 2>&1
+  stamp "ncu rc=$?"
+fi
