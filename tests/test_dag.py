@@ -162,8 +162,9 @@ def test_odd_shape_passes_gate_all_scales():
 
 
 @pytest.mark.parametrize("params", [dict(queue="static"), TILINGS[1], dict(scheme_o="f16_w1", scheme_ffn2="f16_w1"),
-                                    dict(wait="serial", queue="static"), dict(cost_model="nominal")],
-                         ids=["static", "narrow", "f16_w1", "serial_wait", "nominal_order"])
+                                    dict(wait="serial", queue="static"), dict(cost_model="nominal"),
+                                    dict(block_q=32, block_n_qkv=32, block_n_ffn1=32)],
+                         ids=["static", "narrow", "f16_w1", "serial_wait", "nominal_order", "short_chain_tiles"])
 def test_other_schedules_pass_gate(params):
     _check(ODD_CAUSAL, params, scales=[1e-2], seeds=[0])
 

@@ -52,6 +52,11 @@ CONFIGS = {
     "pw": dict(wait="parallel"),
     "cost_h200": dict(cost_model="h200"),              # the critical order from the fitted costs (link latency priced)
     "all3": dict(cost_model="h200", wgmma_chain="async_inflight", wait="parallel"),
+    # shorter chain tasks (docs/dag.md, "Open": the chain itself): 32-row attention tasks (mma.sync, not wgmma) and
+    # 32-column QKV / FFN1 tiles; simulated -4/-2/-10/+2% and -9/-9/-13/+15% on cases 2/3/4/12
+    "bq32": dict(block_q=32),
+    "qf32": dict(block_n_qkv=32, block_n_ffn1=32),
+    "bq32_qf32": dict(block_q=32, block_n_qkv=32, block_n_ffn1=32),
     "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
     "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
     "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),
