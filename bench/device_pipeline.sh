@@ -23,6 +23,7 @@ CASES=${CASES:-[case02,case03,case04,case12]}
 VARIANTS=${VARIANTS:-[auto,dag,hybrid]}
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 left() { echo $(( deadline - $(date +%s) )); }
+spent() { [ "$(left)" -gt 5 ] || echo " (BUDGET spent: call again, with the same outputs/, to go on)"; }
 # run "$@" for at most $1 s in its own process group, then stop the whole group: a plain `timeout snakemake` only
 # signals Snakemake, which then waits for its running jobs (an ncu job ran 6 minutes past its budget that way)
 run_for() { local s=$1; shift; [ "$s" -gt 5 ] || { stamp "no time left for: $*"; return 124; }
@@ -37,15 +38,15 @@ cfg=(matrix=families gpu=h200 "cases=$CASES" "variants=$VARIANTS")
 stamp "correctness $CASES x $VARIANTS (budget $(left)s)"
 unlock; run_for "$(left)" snakemake --cores "${CORRECTNESS_JOBS:-8}" --set-threads correctness=1 --until correctness \
   --keep-going --config "${cfg[@]}" ncu=false >> "$OUT/logs/snakemake-correctness.log" 2>&1
-stamp "correctness rc=$?"
+rc=$?; stamp "correctness rc=$rc$(spent)"
 unlock; run_for "$(left)" snakemake --cores all --keep-going --config "${cfg[@]}" ncu=false \
   >> "$OUT/logs/snakemake-timing.log" 2>&1
-rc=$?; stamp "timing+report rc=$rc"
+rc=$?; stamp "timing+report rc=$rc$(spent)"
 pack
 [ $rc = 0 ] && tail -30 outputs/report/h200/report.md
 nb=$(( $(left) < ${NCU_BUDGET:-120} ? $(left) : ${NCU_BUDGET:-120} ))
 if [ "${NCU_BUDGET:-120}" -gt 0 ]; then
   unlock; run_for "$nb" snakemake --cores all --keep-going --config "${cfg[@]}" "ncu_variants=${NCU_VARIANTS:-[dag]}" \
     >> "$OUT/logs/snakemake-ncu.log" 2>&1
-  stamp "ncu rc=$?"
+  rc=$?; stamp "ncu rc=$rc$(spent)"
 fi
