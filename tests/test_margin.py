@@ -168,9 +168,12 @@ def test_an_interrupted_margin_check_resumes_where_it_stopped(tmp_path):
     assert len(path.read_text().splitlines()) == 1 + 37
     with open(path, "a") as f:
         f.write('{"weight_seed": 1, "input_se')  # a line torn by the kill
+    v, calls = _counting(over, fail_after=3)  # stopped again, after 3 more: the torn line must not hide them
+    with pytest.raises(KeyboardInterrupt):
+        check(v)
     v, calls = _counting(over)
     m = check(v)
-    assert len(calls) == n - 37 and m["resumed_inputs"] == 37 and not path.exists()
+    assert len(calls) == n - 40 and m["resumed_inputs"] == 40 and not path.exists()
     for k in ("n_inputs", "max_over_tol", "p99_over_tol", "median_over_tol", "worst", "max_over_tol_per_weight_seed"):
         assert m[k] == full[k], k
     v, calls = _counting(over, fail_after=5)

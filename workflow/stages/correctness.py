@@ -188,10 +188,13 @@ class MarginProgress:
                 if not {"weight_seed", "input_seed", "result"} <= set(row):
                     break
                 self.rows[(int(row["weight_seed"]), int(row["input_seed"]))] = row["result"]
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._write("w", {"key": self.key})
         self.resumed = len(self.rows)
+        # start the file again with the rows kept (a torn line dropped, so the rows appended next stay readable)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in [{"key": self.key}] + [
+            {"weight_seed": w, "input_seed": i, "result": res} for (w, i), res in self.rows.items()]))
+        tmp.replace(self.path)
 
     @staticmethod
     def _load(line: str) -> dict:
