@@ -124,11 +124,11 @@ def test_the_correctness_job_records_the_margin_and_fails_on_it():
     cfg.gate.margin.inputs, cfg.gate.margin.inputs_per_weight_seed = 16, 4
     for over, ok in ((0.5, True), (0.95, False)):
         v = _noisy(lambda x, o=over: o)
-        ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU)
+        ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU, out_path=None)
         body = correctness.job(ctx)
         assert body["gate_passed"] and body["passed"] is ok and body["margin"]["n_inputs"] == 16 + 3 * 4
     peer = Variant("peerish", v.prepare, v.run, kind="peer")
-    ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=peer, prepared=peer.prepare(case, w), device=CPU)
+    ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=peer, prepared=peer.prepare(case, w), device=CPU, out_path=None)
     assert "margin" not in correctness.job(ctx), "peers are not margin-checked by default (gate.margin.kinds)"
 
 

@@ -148,7 +148,7 @@ def _job_with_alternates(honest, alt_runs):
     c = load_case("smoke1")
     cfg = SimpleNamespace(gate=SimpleNamespace(scales=[1e-3, 1.0], seeds=[0], atol=GATE.atol, rtol=GATE.rtol))
     ctx = SimpleNamespace(cfg=cfg, case=c, weights=make_weights(c), variant=v, prepared=honest,
-                          device=torch.device("cpu"))
+                          device=torch.device("cpu"), out_path=None)
     body = correctness.job(ctx)
     assert len(made) == len(alt_runs)  # each alternate prepared (once) and gated
     return body

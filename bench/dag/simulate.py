@@ -30,7 +30,6 @@ def main(argv=None):
     ap.add_argument("--signal-us", type=float, default=0.7, help="µs from a producer's end to its consumer's start")
     ap.add_argument("--window", type=int, default=0, help="also the window policy with this many tickets")
     ap.add_argument("--ready", action="store_true", help="also the ready-queue policy (event-driven; not in the kernel)")
-    ap.add_argument("--ready-pop-us", type=float, help="µs per pop of the ready policy (default: --pop-us)")
     ap.add_argument("--cost-task-us", type=float, help="the cost model's fixed µs per task")
     ap.add_argument("--cost-link-us", type=float, help="the cost model's µs per link (the critical order)")
     ap.add_argument("--cost-tflops", type=float, help="the cost model's TFLOP/s per program")
@@ -60,16 +59,13 @@ def main(argv=None):
         line = (f"{case.name:8} {r['tasks']:6d} {r['work_us'] / a.programs:8.1f} {r['critical_path_us']:7.1f} "
                 f"{q['makespan_us']:7.1f} {q['jittered_us']:7.1f} {q['idle']:5.2f} "
                 f"{s['makespan_us']:7.1f} {s['jittered_us']:7.1f} {s['idle']:5.2f}")
-        if a.window:
-            runs = [timed(g, a.programs, "window", a.jitter if k else 0.0, a.pop_us, a.signal_us, seed=k,
-                          window=a.window).makespan_us for k in range(a.seeds)]
-            line += f" {runs[0]:7.1f} {sum(runs[1:]) / max(1, a.seeds - 1):7.1f}"
-        if a.ready:
-            pop = a.pop_us if a.ready_pop_us is None else a.ready_pop_us
-            runs = [timed(g, a.programs, "ready", a.jitter if k else 0.0, pop, a.signal_us, seed=k)
-                    for k in range(a.seeds)]
-            line += f" {runs[0].makespan_us:7.1f} {sum(r.makespan_us for r in runs[1:]) / max(1, a.seeds - 1):7.1f}" \
-                    f" {runs[0].idle_fraction:5.2f}"
+        for policy, on, idle in (("window", a.window, False), ("ready", a.ready, True)):
+            if not on:
+                continue  # run 0 without jitter, the rest jittered (as ``report`` does for the kernel's policies)
+            runs = [timed(g, a.programs, policy, a.jitter if k else 0.0, a.pop_us, a.signal_us, seed=k,
+                          window=a.window) for k in range(a.seeds)]
+            line += f" {runs[0].makespan_us:7.1f} {sum(r.makespan_us for r in runs[1:]) / max(1, a.seeds - 1):7.1f}"
+            line += f" {runs[0].idle_fraction:5.2f}" if idle else ""
         print(line, flush=True)
 
 if __name__ == "__main__":

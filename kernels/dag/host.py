@@ -2,8 +2,8 @@
 compile and co-residency check) and ``run`` (timed: validate x, allocate y, one launch)."""
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -271,14 +271,12 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
 
 
 def compile_context(o: dict):
-    """Compiles under ``wgmma_chain: async`` relax the waits between the chained dots of a K step
-    (``kernels.common.wgmma_passes``). Triton's cache key does not see that edit, so the choice is also a
+    """Compiles under ``wgmma_chain: async`` relax the waits between the chained dots of a K step, and under
+    ``async_inflight`` also those of the pipelined K loop (``kernels.common.wgmma_passes``). Triton's cache key does not see that edit, so the choice is also a
     constexpr (``WGMMA_CHAIN``): an edited and an unedited binary never stand in for each other."""
     import contextlib
-    if o["wgmma_chain"] == "async":
-        return hopper_wgmma_passes(acc_init=False, relax=True)
-    if o["wgmma_chain"] == "async_inflight":
-        return hopper_wgmma_passes(acc_init=False, relax=True, inflight_end=True)
+    if o["wgmma_chain"] in ("async", "async_inflight"):
+        return hopper_wgmma_passes(acc_init=False, relax=True, inflight_end=o["wgmma_chain"] == "async_inflight")
     return contextlib.nullcontext()
 
 

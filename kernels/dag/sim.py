@@ -117,6 +117,15 @@ class TimedResult:
     policy: str
 
 
+def _consumers(g: Graph) -> list[list[int]]:
+    """Per task, the tasks that wait for it (``g.producers`` inverted)."""
+    cons: list[list[int]] = [[] for _ in g.tasks]
+    for i, ps in enumerate(g.producers):
+        for p in ps:
+            cons[p].append(i)
+    return cons
+
+
 def _window_schedule(g: Graph, n: int, window: int, dur: list, pop_us: float, signal_us: float):
     """``window`` policy: a free program with no ready ticket in hand takes the next ticket of the queue, up to
     ``window`` held at once, and runs whichever of its tickets is ready first (the lowest on a tie). The lowest
@@ -124,10 +133,7 @@ def _window_schedule(g: Graph, n: int, window: int, dur: list, pop_us: float, si
     a program with nothing ready sleeps until the earliest known ready time of a task it holds."""
     T = len(g.tasks)
     prods = g.producers
-    cons: list[list[int]] = [[] for _ in range(T)]
-    for i, ps in enumerate(prods):
-        for p in ps:
-            cons[p].append(i)
+    cons = _consumers(g)
     finish: list = [None] * T
     start_at = [0.0] * T
     unstarted = [len(ps) for ps in prods]   # producers not started yet (their finish unknown)
@@ -183,10 +189,7 @@ def _window_schedule(g: Graph, n: int, window: int, dur: list, pop_us: float, si
 def _ready_schedule(g: Graph, n: int, dur: list, pop_us: float, signal_us: float):
     """``ready`` policy (see the module docstring): greedy list scheduling at run time, priority = queue position."""
     T = len(g.tasks)
-    cons: list[list[int]] = [[] for _ in range(T)]
-    for i, ps in enumerate(g.producers):
-        for p in ps:
-            cons[p].append(i)
+    cons = _consumers(g)
     missing = [len(ps) for ps in g.producers]
     start_at, finish = [0.0] * T, [None] * T
     ev = [(0.0, 0, i) for i in range(T) if missing[i] == 0]   # (time, 0: ready, task) / (time, 1: free, program)

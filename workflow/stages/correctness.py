@@ -14,7 +14,11 @@ Guards (each is a field of the result, and any failure fails the variant):
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -153,8 +157,6 @@ def _inputs_over_tol(case, weights, run, scale: float, input_seeds: list[int], a
 def _source_digest() -> str:
     """sha256 of the Python sources under kernels/ and workflow/ and the yaml under config/: a margin progress file
     from other code is never resumed, even at the same commit (a dirty tree, a stale $MKH_GIT_COMMIT)."""
-    import hashlib
-    from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for pattern in ("kernels/**/*.py", "workflow/**/*.py", "config/**/*.yaml"):
@@ -172,9 +174,6 @@ class MarginProgress:
     ignored. ``done()`` removes the file once the check is complete."""
 
     def __init__(self, path, key: dict):
-        import hashlib
-        import json
-        from pathlib import Path
         self.path = Path(path)
         self.key = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
         self.rows: dict[tuple[int, int], dict] = {}
@@ -198,24 +197,19 @@ class MarginProgress:
 
     @staticmethod
     def _load(line: str) -> dict:
-        import json
         try:
             row = json.loads(line)
         except ValueError:
             return {}
         return row if isinstance(row, dict) else {}
 
-    def _write(self, mode: str, row: dict) -> None:
-        import json
-        import os
-        with open(self.path, mode) as f:
-            f.write(json.dumps(row) + "\n")
+    def add(self, weight_seed: int, input_seed: int, result: dict) -> None:
+        """Keep one finished input (appended and synced: a kill loses at most the line being written)."""
+        self.rows[(weight_seed, input_seed)] = result
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"weight_seed": weight_seed, "input_seed": input_seed, "result": result}) + "\n")
             f.flush()
             os.fsync(f.fileno())
-
-    def add(self, weight_seed: int, input_seed: int, result: dict) -> None:
-        self.rows[(weight_seed, input_seed)] = result
-        self._write("a", {"weight_seed": weight_seed, "input_seed": input_seed, "result": result})
 
     def done(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -223,7 +217,6 @@ class MarginProgress:
 
 def margin_progress_path(out_path):
     """Where the correctness job for ``out_path`` keeps its margin progress."""
-    from pathlib import Path
     out_path = Path(out_path)
     return out_path.with_name(f".{out_path.stem}.margin-progress.jsonl")
 
@@ -267,23 +260,22 @@ def margin_check(case, weights, variant, prepared, params: dict, scale: float, m
     for wseed, w, p, n in plan:
         if n <= 0:
             continue
-        kept = {s: progress.rows[(wseed, s)] for s in input_seeds[:n] if (wseed, s) in progress.rows} \
-            if progress else {}
-        todo = [s for s in input_seeds[:n] if s not in kept]
-        res = []
-        if todo:
+        seeds = input_seeds[:n]
+        got = {s: progress.rows[(wseed, s)] for s in seeds if (wseed, s) in progress.rows} if progress else {}
+        resumed = len(got)
+        if len(got) < n:
             if w is None:
                 w = make_weights(case, seed=wseed, device=device)
                 p = variant.rebind(prepared, w) if variant.rebind is not None else variant.prepare(case, w, **params)
             add = (lambda s, r, ws=wseed: progress.add(ws, s, r)) if progress else None
-            res = _inputs_over_tol(case, w, lambda x: variant.run(p, x), scale, todo, atol, rtol, device, k,
-                                   reference, on_result=add)
-        done = dict(res)
-        res = [(s, kept[s] if s in kept else done[s]) for s in input_seeds[:n]]
+            got.update(_inputs_over_tol(case, w, lambda x: variant.run(p, x), scale,
+                                        [s for s in seeds if s not in got], atol, rtol, device, k, reference,
+                                        on_result=add))
+        res = [(s, got[s]) for s in seeds]
         rows += [(wseed, s, r) for s, r in res]
         worst_w = max(r["max_over_tol"] for _, r in res)
         log(f"  margin {case.name} {variant.name} weight seed {wseed}: {n} inputs at scale {scale:g}"
-            f"{f' ({len(kept)} resumed)' if kept else ''}, worst {worst_w:.3f} x tolerance [{time.time() - t0:.0f}s]")
+            f"{f' ({resumed} resumed)' if resumed else ''}, worst {worst_w:.3f} x tolerance [{time.time() - t0:.0f}s]")
         del p, w
     if not rows:
         raise ValueError("gate.margin: no inputs to check (inputs and inputs_per_weight_seed are 0); set "
@@ -343,7 +335,7 @@ def job(ctx) -> dict:
         if body["passed"]:
             from omegaconf import OmegaConf
             params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}
-            out_path = getattr(ctx, "out_path", None)
+            out_path = ctx.out_path
             m = margin_check(ctx.case, ctx.weights, ctx.variant, ctx.prepared, params, float(body["worst"]["scale"]),
                              mcfg, list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device,
                              progress_path=margin_progress_path(out_path) if out_path is not None else None)
