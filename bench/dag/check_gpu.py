@@ -57,6 +57,8 @@ CONFIGS = {
     "bq32": dict(block_q=32),
     "qf32": dict(block_n_qkv=32, block_n_ffn1=32),
     "bq32_qf32": dict(block_q=32, block_n_qkv=32, block_n_ffn1=32),
+    "f128_s2": dict(block_n_ffn1=128, block_n_ffn2=128, num_stages=2),   # case 12 (work-bound): wider FFN tiles only
+    "ffn2_128_s2": dict(block_n_ffn2=128, num_stages=2),
     "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
     "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
     "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),
