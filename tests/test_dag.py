@@ -377,3 +377,43 @@ def test_check_gpu_configs_are_valid_parameters():
     for params in CONFIGS.values():
         host.check_params(params)
     assert set(PRECISION_CONFIGS) <= set(CONFIGS)
+
+
+def test_levers_rewrite_the_graph_consistently():
+    """``bench.dag.levers``: a K-split lever doubles the QKV tiles, each counter's goal is the number of tasks that
+    signal it, the queue order stays topological, and the builder is left as it was; the attention lever only
+    shortens long causal attention tasks."""
+    from bench.dag import levers
+    case = load_case("case04")
+    base = host.graph_for(case, n_programs=264, cost_model="h200")
+    g = levers.build(case, "qkv_split2", 0.3, 4)
+    assert g.counts()["qkv"] == 2 * base.counts()["qkv"] and g.counts()["ffn1"] == base.counts()["ffn1"]
+    signalled = [0] * g.n_counters
+    for t in g.tasks:
+        for c in t.signals:
+            signalled[c] += 1
+    assert signalled == list(g.goals)
+    assert G.topological(g) == []
+    assert host.graph_for(case, n_programs=264, cost_model="h200").counts() == base.counts()  # builder restored
+    a = levers.build(case, "attn_kv_split", 2.0, 4)
+    before = {t.seq: t.cost for t in base.tasks if t.kind == G.ATTN}
+    after = {t.seq: t.cost for t in a.tasks if t.kind == G.ATTN}
+    assert all(after[k] < before[k] for k, t in ((t.seq, t) for t in a.tasks if t.kind == G.ATTN) if t.c >= 4)
+    assert all(after[k] == before[k] for k, t in ((t.seq, t) for t in a.tasks if t.kind == G.ATTN) if t.c < 4)
+
+
+def test_ncu_bound_parses_the_raw_page():
+    """``bench.dag.ncu_bound.parse`` keeps the ``_dag_fwd`` rows of ``ncu --csv --page raw``, converts the duration to
+    µs and sectors to GB, and leaves a missing metric as None."""
+    from bench.dag.ncu_bound import METRICS, parse
+    names = list(METRICS.values())
+    header = ['"ID"', '"Kernel Name"'] + [f'"{m}"' for m in names]
+    units = ['""', '""'] + ['"usecond"' if m == METRICS["duration_us"] else '"sector"'
+                            if m.endswith("op_read.sum") else '""' for m in names]
+    vals = {METRICS["duration_us"]: "431.5", METRICS["l2_read_sectors"]: "1,000,000", METRICS["tensor_pct"]: "18.2"}
+    row = ['"0"', '"_dag_fwd"'] + [f'"{vals.get(m, "n/a")}"' for m in names]
+    other = ['"1"', '"memset"'] + ['"1"' for _ in names]
+    raw = "==PROF== Disconnected\n" + "\n".join(",".join(r) for r in (header, units, row, other))
+    (rec,) = parse(raw)
+    assert rec["duration_us"] == pytest.approx(431.5) and rec["tensor_pct"] == pytest.approx(18.2)
+    assert rec["l2_read_gb"] == pytest.approx(0.032) and rec["dram_pct"] is None

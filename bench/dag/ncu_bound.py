@@ -59,9 +59,37 @@ def _num(s: str):
         return None
 
 
-def profile(case_name: str, params: list[str], out: Path) -> dict:
+def parse(raw: str) -> list[dict]:
+    """The ``_dag_fwd`` launches of ``ncu --import R --csv --page raw``: one dict per launch, ``METRICS``' names,
+    durations in µs, sector counts also as GB (``*_gb``)."""
     import csv
     import io
+    lines = [ln for ln in raw.splitlines() if ln.startswith('"')]  # drop ==PROF== and warning lines
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    if len(rows) < 2:
+        return []
+    header, units, body = rows[0], dict(zip(rows[0], rows[1])), rows[2:]
+    recs = []
+    for b in body:
+        d = dict(zip(header, b))
+        if "_dag_fwd" not in d.get("Kernel Name", ""):
+            continue
+        rec = {"kernel": d.get("Kernel Name")}
+        for k, m in METRICS.items():
+            v = _num(d.get(m))
+            if v is not None and k == "duration_us":
+                v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(
+                    units.get(m, "").strip(), 1.0)
+            if v is not None and k.endswith("_bytes"):
+                v *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(units.get(m, "").strip(), 1)
+            rec[k] = v
+        for k in [k for k in rec if k.endswith("_sectors")]:  # 32-byte sectors -> GB
+            rec[k[:-len("_sectors")] + "_gb"] = None if rec[k] is None else rec[k] * 32 / 1e9
+        recs.append(rec)
+    return recs
+
+
+def profile(case_name: str, params: list[str], out: Path) -> dict:
     rep = out / f"ncu_bound_{case_name}"
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--force-overwrite",
            "--metrics", ",".join(METRICS.values()), "--export", str(rep),
@@ -71,26 +99,7 @@ def profile(case_name: str, params: list[str], out: Path) -> dict:
         return {"case": case_name, "error": (r.stderr or r.stdout)[-2000:]}
     raw = subprocess.run(["ncu", "--import", str(rep) + ".ncu-rep", "--csv", "--page", "raw"],
                          capture_output=True, text=True).stdout
-    lines = [ln for ln in raw.splitlines() if ln.startswith('"')]
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    header, units, body = rows[0], rows[1], rows[2:]
-    recs = []
-    for b in body:
-        d = dict(zip(header, b))
-        if "_dag_fwd" not in d.get("Kernel Name", ""):
-            continue
-        rec = {"kernel": d.get("Kernel Name")}
-        for k, m in METRICS.items():
-            v = _num(d.get(m))
-            u = dict(zip(header, units)).get(m, "")
-            if v is not None and k == "duration_us":
-                v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(u.strip(), 1.0)
-            if v is not None and k.endswith("_bytes"):
-                v *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(u.strip(), 1)
-            rec[k] = v
-        for k in [k for k in rec if k.endswith("_sectors")]:  # 32-byte sectors -> GB
-            rec[k[:-len("_sectors")] + "_gb"] = None if rec[k] is None else rec[k] * 32 / 1e9
-        recs.append(rec)
+    recs = parse(raw)
     return {"case": case_name, "launches": len(recs), "kernels": recs}
 
 
