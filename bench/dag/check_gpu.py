@@ -59,6 +59,9 @@ CONFIGS = {
     "bq32_qf32": dict(block_q=32, block_n_qkv=32, block_n_ffn1=32),
     "f128_s2": dict(block_n_ffn1=128, block_n_ffn2=128, num_stages=2),   # case 12 (work-bound): wider FFN tiles only
     "ffn2_128_s2": dict(block_n_ffn2=128, num_stages=2),
+    "sk2": dict(split_k_o=2, split_k_ffn2=2),        # on top of case 12's tuned 64 x 128 tiles (auto: 4 / 4)
+    "s3_cps1": dict(num_stages=3, ctas_per_sm=1),     # ... 3 stages need 144 KB: one program per SM
+    "ln8": dict(block_m_ln=8),
     "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
     "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
     "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),
