@@ -28,6 +28,7 @@ import traceback
 import torch
 
 from kernels import gate, get_variant, load_case, make_input, make_weights, reference_forward
+from kernels import tuning
 from kernels.dag import host
 
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
@@ -170,8 +171,8 @@ def check_config(case, name: str, params: dict, w, args, refs: dict, gpu: bool) 
         host.check(p)
         rec["timed_output_passed"] = gate(v.run(p, x), refs[(1.0, 0)] if (1.0, 0) in refs
                                           else reference_forward(case, w, x)).passed
-        if args.trace and gpu:
-            rec["profile"] = profile(case, params, w, args)
+        if args.trace and gpu:  # the configuration just timed (a committed tuned file included), traced
+            rec["profile"] = profile(case, {k: v_ for k, v_ in p.params.items() if k not in tuning.TUNING_KEYS}, w, args)
         if args.margin and name in args.margin_configs:
             worst_scale = max(rec["gate"], key=lambda g: g["max_over_tol"])["scale"]
             rec["margin"] = margin(case, dict(params, spin_limit=args.spin_limit), w, args.margin, worst_scale)
@@ -203,7 +204,8 @@ def hybrid_times(case, w, gpu: bool) -> dict:
 
 
 def profile(case, params: dict, w, args) -> dict:
-    """``host.task_profile`` of a traced launch (``trace: true``; the third launch, after two warm ones)."""
+    """``host.task_profile`` of a traced launch (``trace: true``; the third launch, after two warm ones) of exactly
+    ``params`` (the resolved parameters of the timed configuration: no tuned file applied again)."""
     v = get_variant("dag")
     p = v.prepare(case, w, **dict(params, spin_limit=args.spin_limit, trace=True, tune="off"))
     x = make_input(case, 1.0, 0, device=w.device)
