@@ -63,7 +63,6 @@ CONFIGS = {
     "sk2": dict(split_k_o=2, split_k_ffn2=2),        # on top of case 12's tuned 64 x 128 tiles (auto: 4 / 4)
     "s3_cps1": dict(num_stages=3, ctas_per_sm=1),     # ... 3 stages need 144 KB: one program per SM
     "ln8": dict(block_m_ln=8),
-    "tbs": dict(ticket="before_signal"),              # the next ticket's round trip under the release's fence
     "ln4": dict(block_m_ln=4, ln_chunk=4096),       # one-chunk LayerNorm tasks (4 rows): the LN link of the chain
     "ln4_cps2": dict(block_m_ln=4, ln_chunk=4096, ctas_per_sm=2),
     "ln8_cps2": dict(block_m_ln=8, ln_chunk=4096, ctas_per_sm=2),

@@ -26,7 +26,7 @@ CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, 
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"),
                wgmma_chain=("async", "async_inflight", "wait"),
                check=("sync", "lazy"), trace=(False, True),
-               cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"), ticket=("after_signal", "before_signal"))
+               cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"))
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages")
 
@@ -267,7 +267,7 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
                 GELU=o["gelu"], QUEUE=o["queue"], MAX_WAITS=max(1, g.max_waits), MAX_SIGNALS=max(1, g.max_signals),
                 TASK_WIDTH=width, NUM_STAGES=o["num_stages"], DOT_PREC="ieee", GPU=gpu,
                 WGMMA_CHAIN=o["wgmma_chain"], TRACE=bool(o["trace"]), ATTN_STAGES=o["attn_stages"],
-                WAIT=o["wait"], MAX_WAITS_P2=triton.next_power_of_2(max(1, g.max_waits)), TICKET=o["ticket"])
+                WAIT=o["wait"], MAX_WAITS_P2=triton.next_power_of_2(max(1, g.max_waits)))
 
 
 def compile_context(o: dict):

@@ -442,9 +442,6 @@ def _dag_fwd(
     ATTN_STAGES: tl.constexpr,  # attention key loop: 0 every block under a branch | n software-pipelined, n stages
     WAIT: tl.constexpr,     # serial: thread 0 polls the task's counters in turn | parallel: all at once
     MAX_WAITS_P2: tl.constexpr,  # MAX_WAITS rounded up to a power of two (the parallel wait's vector)
-    TICKET: tl.constexpr,   # queue: after_signal (the next ticket once the task is released) | before_signal (taken
-                            # first, so its round trip overlaps the release's fence; the release never waits, so
-                            # holding the ticket across it cannot deadlock)
 ):
     M: tl.constexpr = B * S
     pid = tl.program_id(0)
@@ -495,17 +492,11 @@ def _dag_fwd(
                                NUM_STAGES, GPU)
         if TRACE:
             tl.store(trace_ptr + 5 * t + 4, globaltimer(pid))
-        if QUEUE == "queue":
-            if TICKET == "before_signal":
-                nxt = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
         _signal_task(row, ctr_ptr, MAX_WAITS, MAX_SIGNALS, GPU)
         if TRACE:
             tl.store(trace_ptr + 5 * t + 2, globaltimer(pid))
             tl.store(trace_ptr + 5 * t + 3, (pid.to(tl.int64) << 16) | smid(pid).to(tl.int64))
         if QUEUE == "queue":
-            if TICKET == "before_signal":
-                pos = nxt
-            else:
-                pos = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
+            pos = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
         else:
             pos += 1
