@@ -178,6 +178,7 @@ def test_two_runs_in_a_row_and_epoch_wraparound():
     y1, y2 = host.run(p, x), host.run(p, x)
     assert p.epoch == 2 and gate(y1, ref).passed and gate(y2, ref).passed
     assert int(p.ctr[1]) == 2 * p.graph.goals[1]          # counters only grow: epoch x goal
+    assert int(p.head[0]) == 2 * (len(p.graph.tasks) + p.grid)  # a ticket per task and one per program per launch
     p.epoch = host._epoch_limit(p)                          # the next launch would overflow int32: zeroed first
     p.ctr.fill_(123)
     assert gate(host.run(p, x), ref).passed and p.epoch == 1
