@@ -396,6 +396,15 @@ def test_levers_rewrite_the_graph_consistently():
     assert signalled == list(g.goals)
     assert G.topological(g) == []
     assert host.graph_for(case, n_programs=264, cost_model="h200").counts() == base.counts()  # builder restored
+    for lever, gone in (("ffn_fused", "ffn2"), ("attn_oproj", "oproj")):
+        f = levers.build(case, lever, 0.5, 4)
+        assert f.counts()[gone] == 0 and G.topological(f) == []
+        assert f.work_us() > base.work_us() - sum(t.cost for t in base.tasks if G.KINDS[t.kind] == gone)
+        signalled = [0] * f.n_counters
+        for t in f.tasks:
+            for c in t.signals:
+                signalled[c] += 1
+        assert signalled == list(f.goals) and all(f.goals[c] > 0 for t in f.tasks for c in t.waits)
     a = levers.build(case, "attn_kv_split", 2.0, 4)
     before = {t.seq: t.cost for t in base.tasks if t.kind == G.ATTN}
     after = {t.seq: t.cost for t in a.tasks if t.kind == G.ATTN}

@@ -11,6 +11,13 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   programs, the last to finish merging (approximated: each such task costs the fixed cost, half its key work and
   ``--extra-us`` for the partial's store, the arrival atomic and the merge; the other half's program time is not
   added, so this is a bound in the lever's favour).
+* ``ffn_fused``: FFN2 folded into FFN1 (the seqres family's ``ffn_fused``): an FFN1 tile also multiplies its GELU
+  columns by their rows of W2 (64 × D, K = ``block_n_ffn1``, three products) and adds the product into the residual;
+  the FFN2 tasks and the FFN1 → FFN2 link go, the next LN1 waits for every FFN1 tile of its row block.
+  ``--extra-us`` per tile for the 64 × D atomics.
+* ``attn_oproj``: the output projection folded into the attention (seqres's ``attn_oproj``): an attention task also
+  multiplies its 64 × dh output by its head's rows of Wo (K = dh) into the residual; the output-projection tasks and
+  their link go, LN2 waits for every attention task of its rows.
 
     python -m bench.dag.levers 2 3 4 12 --lever qkv_split2 --extra-us 0.3
 """
@@ -53,6 +60,11 @@ def build(case, lever: str, extra_us: float, kv_blocks: int):
         g = host.graph_for(case, n_programs=264, cost_model="h200")
     finally:
         G._Builder.qkv, G._Builder.ffn1 = saved
+    tf = g.tiling.cost.tflops * 1e6  # FLOP per µs of one program
+    if lever == "ffn_fused":
+        return _fold(g, G.FFN2, G.FFN1, extra_us, lambda x: 2.0 * g.tiling.block_m * case.D * g.tiling.block_n_ffn1 * 3 / tf)
+    if lever == "attn_oproj":
+        return _fold(g, G.OPROJ, G.ATTN, extra_us, lambda x: 2.0 * g.tiling.block_q * case.D * case.dh * 3 / tf)
     if lever == "attn_kv_split" and case.causal:
         fixed = g.tiling.cost.task_us
         for t in g.tasks:
@@ -61,10 +73,52 @@ def build(case, lever: str, extra_us: float, kv_blocks: int):
     return g
 
 
+def _fold(g, gone: int, into: int, extra_us: float, kmul) -> G.Graph:
+    """``g`` without the tasks of kind ``gone``: each task of kind ``into`` costs ``kmul(task)`` µs of MMA and
+    ``extra_us`` more, and signals the counters the removed tasks of its row blocks signalled (goals recounted);
+    the queue order is rebuilt (the critical order of the fitted costs)."""
+    case, t = g.case, g.tiling
+    seq = sorted(g.tasks, key=lambda x: x.seq)
+    by_block: dict = {}
+    for x in seq:
+        if x.kind == gone:
+            by_block.setdefault((x.layer, x.a), set()).update(x.signals)
+
+    def rows_of(x):  # row blocks of a task of kind ``into``
+        if x.kind == G.ATTN:
+            q0 = x.a * case.S + x.c * t.block_q
+            q1 = x.a * case.S + min(case.S, (x.c + 1) * t.block_q)
+            return range(q0 // t.block_m, -(-q1 // t.block_m))
+        return range(x.a, x.a + 1)
+
+    tasks = []
+    for x in seq:
+        if x.kind == gone:
+            continue
+        if x.kind == into:
+            sig = sorted({c for m in rows_of(x) for c in by_block[(x.layer, m)]})
+            x = G.Task(x.kind, x.layer, x.a, x.b, x.c, waits=x.waits, signals=tuple(sig),
+                       cost=x.cost + kmul(x) + extra_us, access=x.access, seq=x.seq)
+        tasks.append(x)
+    goals = [0] * g.n_counters
+    for x in tasks:
+        for c in x.signals:
+            goals[c] += 1
+    for x in tasks:
+        assert all(goals[c] > 0 for c in x.waits), x.name
+    for i, x in enumerate(tasks):
+        x.seq = i
+    prods = G._producer_lists(tasks, len(goals))
+    perm = G.critical_order(tasks, prods, 264, t.cost.link_us)
+    out = G.Graph(case, t, [tasks[i] for i in perm], goals, g.counter_names, g.order)
+    out.producers = G._producer_lists(out.tasks, len(goals))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="+")
-    ap.add_argument("--lever", choices=("qkv_split2", "ffn1_split2", "attn_kv_split"), required=True)
+    ap.add_argument("--lever", choices=("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj"), required=True)
     ap.add_argument("--extra-us", type=float, default=0.3)
     ap.add_argument("--kv-blocks", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
