@@ -52,36 +52,23 @@ def child(case_name: str, params: dict) -> int:
     return 0
 
 
-def _num(s: str):
-    try:
-        return float(s.replace(",", ""))
-    except (ValueError, AttributeError):
-        return None
-
-
 def parse(raw: str) -> list[dict]:
-    """The ``_dag_fwd`` launches of ``ncu --import R --csv --page raw``: one dict per launch, ``METRICS``' names,
-    durations in µs, sector counts also as GB (``*_gb``)."""
-    import csv
-    import io
-    lines = [ln for ln in raw.splitlines() if ln.startswith('"')]  # drop ==PROF== and warning lines
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    if len(rows) < 2:
-        return []
-    header, units, body = rows[0], dict(zip(rows[0], rows[1])), rows[2:]
+    """The ``_dag_fwd`` launches of ``ncu --import R --csv --page raw`` (read by the pipeline's ncu stage's
+    ``raw_table``): one dict per launch, ``METRICS``' names, durations in µs, sector counts also as GB (``*_gb``)."""
+    from workflow.stages.ncu import SIZE_TO_B, TIME_TO_US, number, raw_table
+    table, units = raw_table(raw)
     recs = []
-    for b in body:
-        d = dict(zip(header, b))
+    for d in table:
         if "_dag_fwd" not in d.get("Kernel Name", ""):
             continue
         rec = {"kernel": d.get("Kernel Name")}
         for k, m in METRICS.items():
-            v = _num(d.get(m))
+            v = number(d.get(m))
+            unit = units.get(m, "").strip().lower()
             if v is not None and k == "duration_us":
-                v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(
-                    units.get(m, "").strip(), 1.0)
+                v *= TIME_TO_US.get(unit, 1.0)
             if v is not None and k.endswith("_bytes"):
-                v *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(units.get(m, "").strip(), 1)
+                v *= SIZE_TO_B.get(unit, 1)
             rec[k] = v
         for k in [k for k in rec if k.endswith("_sectors")]:  # 32-byte sectors -> GB
             rec[k[:-len("_sectors")] + "_gb"] = None if rec[k] is None else rec[k] * 32 / 1e9
@@ -89,15 +76,15 @@ def parse(raw: str) -> list[dict]:
     return recs
 
 
-def profile(case_name: str, params: list[str], out: Path) -> dict:
+def profile(exe: str, case_name: str, params: list[str], out: Path) -> dict:
     rep = out / f"ncu_bound_{case_name}"
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--force-overwrite",
+    cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--force-overwrite",
            "--metrics", ",".join(METRICS.values()), "--export", str(rep),
            sys.executable, "-m", "bench.dag.ncu_bound", "--child", case_name] + sum((["--param", p] for p in params), [])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"case": case_name, "error": (r.stderr or r.stdout)[-2000:]}
-    raw = subprocess.run(["ncu", "--import", str(rep) + ".ncu-rep", "--csv", "--page", "raw"],
+    raw = subprocess.run([exe, "--import", str(rep) + ".ncu-rep", "--csv", "--page", "raw"],
                          capture_output=True, text=True).stdout
     recs = parse(raw)
     return {"case": case_name, "launches": len(recs), "kernels": recs}
@@ -113,10 +100,15 @@ def main(argv=None) -> int:
     from kernels.dag.host import parse_value
     if a.child:
         return child(a.child, {k: parse_value(v) for k, v in (p.split("=", 1) for p in a.param)})
+    from workflow.stages.ncu import find_ncu
+    exe = find_ncu("ncu")
+    if exe is None:
+        raise SystemExit("error: Nsight Compute (ncu) is not on PATH nor in the usual CUDA locations; install it "
+                         "(it ships with the CUDA toolkit: <cuda>/bin/ncu) or add it to PATH")
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
     for c in a.cases:
-        res = profile(c, a.param, a.out)
+        res = profile(exe, c, a.param, a.out)
         results.append(res)
         print(json.dumps(res), flush=True)
     tmp = a.out / "ncu_bound.json.tmp"

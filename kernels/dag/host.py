@@ -272,8 +272,9 @@ def kernel_meta(case: Case, t: G.Tiling, g: G.Graph, o: dict, grid: int, gpu: bo
 
 def compile_context(o: dict):
     """Compiles under ``wgmma_chain: async`` relax the waits between the chained dots of a K step, and under
-    ``async_inflight`` also those of the pipelined K loop (``kernels.common.wgmma_passes``). Triton's cache key does not see that edit, so the choice is also a
-    constexpr (``WGMMA_CHAIN``): an edited and an unedited binary never stand in for each other."""
+    ``async_inflight`` also those of the pipelined K loop (``kernels.common.wgmma_passes``). Triton's cache key does
+    not see that edit, so the choice is also a constexpr (``WGMMA_CHAIN``): an edited and an unedited binary never
+    stand in for each other."""
     import contextlib
     if o["wgmma_chain"] in ("async", "async_inflight"):
         return hopper_wgmma_passes(acc_init=False, relax=True, inflight_end=o["wgmma_chain"] == "async_inflight")

@@ -45,7 +45,7 @@ TIME_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond":
 SIZE_TO_B = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "kibyte": 1024, "mibyte": 1024 ** 2, "gbyte": 1e9}
 
 
-def _number(s: str):
+def number(s: str):
     s = (s or "").strip().strip('"')
     if re.fullmatch(r"-?[\d,]+(\.\d+)?([eE][-+]?\d+)?", s):
         s = s.replace(",", "")
@@ -55,35 +55,40 @@ def _number(s: str):
         return None
 
 
-def parse_raw_csv(text: str) -> list[dict]:
-    """One dict per profiled launch from ``ncu --import R --csv --page raw`` (header row, units row, data)."""
+def raw_table(text: str) -> tuple[list[dict], dict]:
+    """``ncu --import R --csv --page raw`` as (one dict per profiled launch: column -> cell, column -> unit)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]  # drop ==PROF== and warning lines
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
     if not rows:
-        return []
+        return [], {}
     header, body = rows[0], rows[1:]
     units = {}
     if body and not (body[0][0].strip().isdigit() if body[0] else False):
         units = dict(zip(header, body[0]))
         body = body[1:]
+    return [dict(zip(header, r)) for r in body], units
+
+
+def parse_raw_csv(text: str) -> list[dict]:
+    """One dict per profiled launch from ``ncu --import R --csv --page raw`` (header row, units row, data)."""
+    table, units = raw_table(text)
     out = []
-    for r in body:
-        d = dict(zip(header, r))
-        rec = {"id": int(_number(d.get("ID")) or 0), "name": d.get("Kernel Name") or d.get("Function Name", ""),
+    for d in table:
+        rec = {"id": int(number(d.get("ID")) or 0), "name": d.get("Kernel Name") or d.get("Function Name", ""),
                "grid": d.get("Grid Size"), "block": d.get("Block Size"), "stream": d.get("Stream")}
         for fld, metrics in FIELDS.items():
             for m in metrics:
-                if m in d and _number(d[m]) is not None:
-                    v = _number(d[m])
+                if m in d and number(d[m]) is not None:
+                    v = number(d[m])
                     if fld == "duration_us":
                         v *= TIME_TO_US.get(units.get(m, "nsecond").strip().lower(), 1e-3)
                     rec[fld] = v
                     break
             else:
                 rec[fld] = None
-        smem = [(_number(d[m]) or 0.0) * SIZE_TO_B.get(units.get(m, "byte").strip().lower(), 1) for m in SMEM if m in d]
+        smem = [(number(d[m]) or 0.0) * SIZE_TO_B.get(units.get(m, "byte").strip().lower(), 1) for m in SMEM if m in d]
         if "launch__shared_mem_per_block" in d and not smem:
-            smem = [_number(d["launch__shared_mem_per_block"]) or 0.0]
+            smem = [number(d["launch__shared_mem_per_block"]) or 0.0]
         rec["shared_mem_bytes"] = sum(smem) if smem else None
         out.append(rec)
     return out
