@@ -427,3 +427,21 @@ def test_ncu_bound_parses_the_raw_page():
     (rec,) = parse(raw)
     assert rec["duration_us"] == pytest.approx(431.5) and rec["tensor_pct"] == pytest.approx(18.2)
     assert rec["l2_read_gb"] == pytest.approx(0.032) and rec["dram_pct"] is None
+
+
+def test_interleave_probe_runs_its_sequences(tmp_path, capsys):
+    """``bench.dag.interleave`` (the probe of docs/dag.md "Results" 14) runs every sequence on the CPU under the
+    interpreter, writes one JSON per case with a time per call of each sequence, and refuses to run on a machine
+    without a GPU unless asked to (``--cpu``)."""
+    import json
+
+    from bench.dag import interleave
+    args = ["--out", str(tmp_path), "--cases", "smoke2", "--reps", "1", "--warmup", "0", "--sweep-mb", "1",
+            "--idle-ms", "0", "--flush-mb", "0"]
+    if not torch.cuda.is_available():
+        assert interleave.main(args) == 2 and "--cpu" in capsys.readouterr().err
+    assert interleave.main(args + ["--cpu"]) == 0
+    rec = json.loads((tmp_path / "smoke2.json").read_text())
+    assert set(rec["times_ms"]) == set(interleave.SEQUENCES)
+    assert all(len(v) == 1 and v[0] > 0 for v in rec["times_ms"].values())
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -1,0 +1,148 @@
+"""Does a `dag` forward take longer right after other work? A lab probe for the alternation of docs/dag.md
+"Results" 14: in the pipeline's timing jobs (SPEC §6: the variant and the `eager_sdpa` anchor interleaved, the order
+reversed every other round, L2 flushed before each call) case 4's `dag` calls at `f7ebadc` alternated 0.437 / 0.557 ms
+and case 3's at `04c117c` 0.325 / 0.430 ms: the slow calls were those that followed the anchor's call.
+
+For each case this times `dag` (the committed tuned file applied, as the pipeline runs it), every call after the same
+256 MB flush (``kernels.timing.Timer``), in sequences that separate the candidate causes:
+
+  alone        dag after dag (the flush between)
+  protocol     the timing stage's interleave with the anchor (``time_calls``): the dag calls by round parity
+               (``protocol_odd``: the calls right after an anchor call; ``protocol_even``: right after a dag call)
+  after_anchor anchor, synchronize, dag
+  after_sweep  a write over ``--sweep-mb`` of memory (more pages than the flush touches), synchronize, dag
+  after_idle   synchronize, ``--idle-ms`` of host sleep (clocks and power may drop), dag
+  after_alloc  a fresh ``--sweep-mb`` allocation written once, dag (the allocator's address space moves)
+
+and, with ``--trace``, one traced launch alone and one after the anchor: ``host.task_profile``'s kernel time, busy
+fraction and per task kind mean work and wait, so the extra time can be put on a task kind or on the waits.
+
+    python -m bench.dag.interleave --out $OUT --cases 4 3 2 12 [--reps 40] [--trace]
+
+One JSON per case under ``--out`` and a table printed last (medians in ms). On the CPU (``--cpu``, under
+``TRITON_INTERPRET=1``, e.g. ``--cases smoke2 --reps 2``) it runs the same sequences with wall-clock times: a test of the
+probe, not a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from kernels import get_variant, load_case, make_input, make_weights, tuning
+from kernels.dag import host
+from kernels.timing import Timer, summarize, time_calls
+
+SEQUENCES = ("alone", "protocol_even", "protocol_odd", "after_anchor", "after_sweep", "after_idle", "after_alloc")
+
+
+def _sync(dev) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _timed(timer: Timer, before, fn, x, reps: int) -> list[float]:
+    """``reps`` times: ``before()`` (untimed, synchronized), then ``fn(x)`` timed by ``timer``."""
+    toks = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+            _sync(timer.device)
+        tok, _ = timer(fn, x)
+        toks.append(tok)
+    _sync(timer.device)
+    return [Timer.elapsed(t) for t in toks]
+
+
+def probe_case(case, args) -> dict:
+    dev = torch.device("cpu" if args.cpu else "cuda")
+    w = make_weights(case, device=dev)
+    xs = [make_input(case, 1.0, 1000 + i, device=dev) for i in range(3)]
+    dag, anchor = get_variant("dag"), get_variant("eager_sdpa")
+    p, ap = dag.prepare(case, w), anchor.prepare(case, w)
+    f = lambda x: dag.run(p, x)           # noqa: E731
+    a = lambda x: anchor.run(ap, x)       # noqa: E731
+    for _ in range(args.warmup):
+        f(xs[0]), a(xs[0])
+    _sync(dev)
+    timer = Timer(dev, args.flush_mb << 20)
+    out = {"case": case.name, "params": {k: v for k, v in p.params.items() if isinstance(v, (int, float, str))},
+           "reps": args.reps, "times_ms": {}}
+    t = out["times_ms"]
+    t["alone"] = _timed(timer, None, f, xs[0], args.reps)
+    prot = time_calls({"dag": f, "anchor": a}, xs, 2 * args.reps, args.flush_mb << 20, dev)["dag"]
+    t["protocol_even"], t["protocol_odd"] = prot[0::2], prot[1::2]
+    t["after_anchor"] = _timed(timer, lambda: a(xs[1]), f, xs[0], args.reps)
+    sweep = torch.empty(args.sweep_mb << 20, dtype=torch.int8, device=dev)
+    t["after_sweep"] = _timed(timer, lambda: sweep.fill_(1), f, xs[0], args.reps)
+    del sweep
+    t["after_idle"] = _timed(timer, lambda: time.sleep(args.idle_ms / 1e3), f, xs[0], args.reps)
+    keep = []
+
+    def alloc():
+        keep.append(torch.ones(args.sweep_mb << 20, dtype=torch.int8, device=dev))
+        if len(keep) > 2:
+            keep.pop(0)
+    t["after_alloc"] = _timed(timer, alloc, f, xs[0], args.reps)
+    keep.clear()
+    out["summary"] = {k: summarize(v) for k, v in t.items()}
+    if args.trace and dev.type == "cuda":
+        params = {k: v for k, v in p.params.items() if k not in tuning.TUNING_KEYS}
+        pt = dag.prepare(case, w, **dict(params, trace=True, tune="off"))
+        prof = {}
+        for name, before in (("alone", lambda: dag.run(pt, xs[0])), ("after_anchor", lambda: a(xs[1]))):
+            for _ in range(3):
+                before()
+                _sync(dev)
+                dag.run(pt, xs[0])
+                _sync(dev)
+            host.check(pt)
+            pr = host.task_profile(pt)
+            prof[name] = {"kernel_us": pr["kernel_us"], "busy": pr["busy"],
+                          "kinds": {k: {m: d[m] for m in ("n", "work_mean", "wait_mean", "signal_mean")}
+                                    for k, d in pr["kinds"].items()}}
+        out["trace"] = prof
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", nargs="+", default=["4", "3", "2", "12"])
+    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--sweep-mb", type=int, default=2048)
+    ap.add_argument("--idle-ms", type=float, default=2.0)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--flush-mb", type=int, default=256)
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--cpu", action="store_true", help="run on the CPU (a test of the probe: TRITON_INTERPRET=1)")
+    args = ap.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        print("bench.dag.interleave: no CUDA GPU here; it times the dag kernel on the GPU (--cpu runs the sequences on "
+              "the CPU under TRITON_INTERPRET=1, as a test)", file=sys.stderr)
+        return 2
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    rows = []
+    for c in args.cases:
+        case = load_case(c)
+        t0 = time.time()
+        rec = probe_case(case, args)
+        rec["wall_s"] = round(time.time() - t0, 1)
+        tmp = Path(args.out) / f".{case.name}.json.tmp"
+        tmp.write_text(json.dumps(rec, indent=1))
+        tmp.replace(Path(args.out) / f"{case.name}.json")
+        rows.append((case.name, {k: rec["summary"][k]["median_ms"] for k in SEQUENCES}))
+        print(f"{case.name}: " + " ".join(f"{k}={v:.4f}" for k, v in rows[-1][1].items()) + f" [{rec['wall_s']}s]",
+              flush=True)
+    print("| case | " + " | ".join(SEQUENCES) + " |\n|---|" + "---:|" * len(SEQUENCES))
+    for name, med in rows:
+        print(f"| {name} | " + " | ".join(f"{med[k]:.4f}" for k in SEQUENCES) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
