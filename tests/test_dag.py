@@ -185,6 +185,18 @@ def test_two_runs_in_a_row_and_epoch_wraparound():
     assert torch.equal(p.ctr, torch.tensor(p.graph.goals, dtype=torch.int32))
 
 
+def test_run_refuses_cuda_graph_capture(monkeypatch):
+    """A captured launch would replay one epoch (every wait passes at once): ``run`` raises while the stream is
+    capturing, naming what to do instead, and launches nothing (the queue head and the epoch do not move)."""
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c))
+    assert not host.capturing(p)                     # CPU tensors: never capturing
+    monkeypatch.setattr(host, "capturing", lambda p: True)
+    with pytest.raises(RuntimeError, match="CUDA graph.*hybrid"):
+        host.run(p, make_input(c, 1.0, 0))
+    assert p.epoch == 0 and int(p.head[0]) == 0
+
+
 @pytest.mark.parametrize("wait", ["serial", "parallel"])
 def test_spin_limit_turns_an_unsatisfiable_wait_into_an_error(wait):
     """A goal one signal above what a launch gives: the wait gives up after spin_limit polls and run() raises;

@@ -464,13 +464,25 @@ def validate_input(p: DagPrepared, x) -> None:
     check_input("dag", p.case, x, p.ctr.device)
 
 
+def capturing(p: DagPrepared) -> bool:
+    """Is the current CUDA stream capturing a graph (on ``p``'s device)?"""
+    return p.ctr.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def run(p: DagPrepared, x: torch.Tensor) -> torch.Tensor:
     """x: [B, S, D] fp32 contiguous on the prepared device -> y: [B, S, D] fp32 (fresh); x is only read.
 
     ``check: sync`` synchronises and raises when a dependency wait gave up; ``lazy`` does not synchronise: the
     error of a launch is raised by the first ``run`` that finds the launch finished (or by ``check``). The epoch is
-    a launch argument, so a captured CUDA graph would replay one epoch: do not capture ``run``."""
+    a launch argument, so a captured CUDA graph would replay one epoch and pass every dependency wait at once: ``run``
+    refuses to be captured (``capturing``)."""
     validate_input(p, x)
+    if capturing(p):
+        raise RuntimeError(
+            "dag: run is being captured in a CUDA graph (torch.cuda.graph, CUDA-graph trees of torch.compile's "
+            "reduce-overhead mode): each launch passes its epoch to the dependency counters, so a replay would reuse "
+            "one epoch and skip every wait, a silently wrong result. Call run directly (it is one launch per forward "
+            "already), or use the variant 'hybrid' (cuda_graph: auto) where the caller needs a graph")
     lazy = p.params["check"] == "lazy" and p.err_host is not None
     if lazy and p.err_event is not None and p.err_event.query():
         bad, task = p.err_host.tolist()
