@@ -207,5 +207,48 @@ def test_the_correctness_job_keeps_margin_progress_beside_its_result(tmp_path):
     ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU,
                           out_path=out)
     body = correctness.job(ctx)
-    assert body["passed"] and body["margin"]["resumed_inputs"] == 5 and len(calls) == 14 + 8 + 3 * 2 - 5
-    assert not (tmp_path / ".auto.margin-progress.jsonl").exists()
+    assert body["passed"] and body["margin"]["resumed_inputs"] == 5 and len(calls) == 8 + 3 * 2 - 5
+    assert body["gate_resumed"] and not (tmp_path / ".auto.margin-progress.jsonl").exists()
+
+
+def test_a_resumed_correctness_job_takes_the_gate_record_instead_of_gating_again(tmp_path):
+    """A job stopped in its margin check leaves the gate's verdict beside its result (hidden, keyed like the margin
+    progress); its re-run gates nothing again (no gate-seed input runs), checks only the unfinished margin inputs,
+    says it resumed the gate, gives the uninterrupted job's verdict and removes both files. Other parameters (another
+    key) gate again."""
+    from types import SimpleNamespace
+
+    from workflow.schemas import Correctness
+    from workflow.stages import correctness
+    case = load_case("smoke1")
+    w = make_weights(case)
+    cfg = OmegaConf.create({"gate": OmegaConf.to_container(CFG), "variant": {"params": {}}})
+    cfg.gate.margin.inputs, cfg.gate.margin.inputs_per_weight_seed = 8, 2
+    out = tmp_path / "auto.json"
+    gate_file = correctness.gate_record_path(out)
+    assert gate_file.name == ".auto.gate-progress.json"
+
+    def job(fail_after=None, over=0.4):
+        v, calls = _counting(lambda x: over, fail_after=fail_after)
+        ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU,
+                              out_path=out)
+        return correctness.job(ctx), calls
+
+    full, _ = job()
+    assert "gate_resumed" not in full and not gate_file.exists()
+    with pytest.raises(KeyboardInterrupt):
+        job(fail_after=14 + 5)                      # the gate's 14 runs, then 5 margin inputs
+    assert gate_file.exists()
+    body, calls = job()
+    assert body["gate_resumed"] and len(calls) == 8 + 3 * 2 - 5, "no gate input runs again"
+    assert body["passed"] and body["results"] == full["results"] and body["margin"]["resumed_inputs"] == 5
+    assert body["margin"]["max_over_tol"] == full["margin"]["max_over_tol"]
+    assert not gate_file.exists() and not correctness.margin_progress_path(out).exists()
+    import json
+    published = json.loads(open("docs/results/h200/raw/correctness/h200/case02/auto.json").read())
+    Correctness.model_validate({**published, "gate_resumed": True})   # the result file's schema takes the flag
+    with pytest.raises(KeyboardInterrupt):
+        job(fail_after=14 + 5)
+    cfg.variant.params = {"x": 1}                    # another key: the record is not this job's
+    body, calls = job()
+    assert "gate_resumed" not in body and len(calls) == 14 + 8 + 3 * 2

@@ -215,6 +215,40 @@ class MarginProgress:
         self.path.unlink(missing_ok=True)
 
 
+class GateRecord:
+    """The gate's verdict of one correctness job whose margin check is under way, beside its result (a hidden
+    ``.<variant>.gate-progress.json``, never a result file): the re-run of a job stopped in its margin check takes the
+    gate's record from here instead of running the 7 scales x seeds again (case 14: ~80 s of every resumed call).
+    Kept only under the job's key — commit, source digest, case, variant, parameters, gate settings, device — and
+    removed with the margin progress once the job is complete."""
+
+    def __init__(self, path, key: dict):
+        self.path = Path(path)
+        self.key = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+    def load(self) -> dict | None:
+        try:
+            rec = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return rec.get("body") if isinstance(rec, dict) and rec.get("key") == self.key else None
+
+    def save(self, body: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"key": self.key, "body": body}, default=str))
+        tmp.replace(self.path)
+
+    def done(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def gate_record_path(out_path):
+    """Where the correctness job for ``out_path`` keeps its gate record while its margin check runs."""
+    out_path = Path(out_path)
+    return out_path.with_name(f".{out_path.stem}.gate-progress.json")
+
+
 def margin_progress_path(out_path):
     """Where the correctness job for ``out_path`` keeps its margin progress."""
     out_path = Path(out_path)
@@ -312,6 +346,53 @@ def job(ctx) -> dict:
     ``Variant.alternates``) has every candidate it chose among gated too, and passes only if all pass."""
     cfg = ctx.cfg
     args = (list(cfg.gate.scales), list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device)
+    mcfg = getattr(cfg.gate, "margin", None)
+    margin = wants_margin(mcfg, ctx.variant.kind)
+    record = None
+    if margin and ctx.out_path is not None and bool(getattr(mcfg, "resume", True)):
+        from omegaconf import OmegaConf
+
+        from .common import git_commit
+        record = GateRecord(gate_record_path(ctx.out_path), {
+            "commit": git_commit(), "sources": _source_digest(), "case": ctx.case.name, "variant": ctx.variant.name,
+            "params": OmegaConf.to_container(cfg.variant.params, resolve=True),
+            "gate": [list(cfg.gate.scales), list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol)],
+            "device": str(ctx.device),
+            "device_name": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu"})
+    body = record.load() if record is not None else None
+    if body is not None:
+        log(f"  {ctx.case.name} {ctx.variant.name}: the gate's record from an interrupted run of this job "
+            f"({record.path}; {'pass' if body['passed'] else 'FAIL'}), on to the margin check")
+        body["gate_resumed"] = True
+    else:
+        body = _gate(ctx, args)
+        if record is not None and body["passed"]:
+            record.save(body)
+    if margin:
+        if body["passed"]:
+            from omegaconf import OmegaConf
+            params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}
+            out_path = ctx.out_path
+            m = margin_check(ctx.case, ctx.weights, ctx.variant, ctx.prepared, params, float(body["worst"]["scale"]),
+                             mcfg, list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device,
+                             progress_path=margin_progress_path(out_path) if out_path is not None else None)
+            body["margin"] = m
+            if not m["passed"]:
+                body["passed"] = False
+                body["reason"] = "; ".join(x for x in (body["reason"], m["reason"]) if x)
+        else:
+            body["margin"] = {"passed": None, "reason": "not run: the gate failed"}
+    if record is not None:
+        record.done()
+    body["gate_passed"] = all(r["passed"] for r in body["results"])
+    from kernels.reference import naive_fits
+    body["reference"] = "naive" if naive_fits(ctx.case, ctx.device) else "chunked"
+    body["tolerance"] = {"atol": float(cfg.gate.atol), "rtol": float(cfg.gate.rtol)}
+    return body
+
+
+def _gate(ctx, args) -> dict:
+    """The gate of ``job``: every scale x seed, and every autotuning candidate the variant chose among."""
     body = check_variant(ctx.case, ctx.weights, ctx.variant, ctx.prepared, *args)
     if ctx.variant.alternates is not None:
         alts = ctx.variant.alternates(ctx.prepared, ctx.weights)
@@ -330,23 +411,4 @@ def job(ctx) -> dict:
                                                        f"gate ({r['reason']}): fix it or drop it from tune") if x)
         if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
-    mcfg = getattr(cfg.gate, "margin", None)
-    if wants_margin(mcfg, ctx.variant.kind):
-        if body["passed"]:
-            from omegaconf import OmegaConf
-            params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}
-            out_path = ctx.out_path
-            m = margin_check(ctx.case, ctx.weights, ctx.variant, ctx.prepared, params, float(body["worst"]["scale"]),
-                             mcfg, list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol), ctx.device,
-                             progress_path=margin_progress_path(out_path) if out_path is not None else None)
-            body["margin"] = m
-            if not m["passed"]:
-                body["passed"] = False
-                body["reason"] = "; ".join(x for x in (body["reason"], m["reason"]) if x)
-        else:
-            body["margin"] = {"passed": None, "reason": "not run: the gate failed"}
-    body["gate_passed"] = all(r["passed"] for r in body["results"])
-    from kernels.reference import naive_fits
-    body["reference"] = "naive" if naive_fits(ctx.case, ctx.device) else "chunked"
-    body["tolerance"] = {"atol": float(cfg.gate.atol), "rtol": float(cfg.gate.rtol)}
     return body
