@@ -96,6 +96,25 @@ def test_chunked_reference_equals_naive(name):
                                    atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunked_attention_is_the_naive_math_bit_for_bit(causal):
+    """The chunked reference's attention, block by block, gives exactly what the naive attention gives on each block of
+    queries (its keys up to the block's end when causal): the same products, division, mask and softmax."""
+    import math
+
+    from kernels.reference import _attention, _attention_naive
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=g) for _ in range(3))
+    for block in (5, 16, 37, 64):
+        blocks = []
+        for q0 in range(0, 37, block):
+            q1 = min(37, q0 + block)
+            end = q1 if causal else 37
+            blocks.append(_attention_naive(q[:, :, q0:q1], k[:, :, :end], v[:, :, :end], causal, q0))
+        assert torch.equal(_attention(q, k, v, causal, "chunked", block), torch.cat(blocks, dim=2))
+    assert math.isfinite(float(_attention(q, k, v, causal, "chunked", 5).abs().max()))
+
+
 def test_causal_mask_changes_the_output():
     c = load_case("smoke2")
     w = make_weights(c)
