@@ -228,8 +228,8 @@ def test_a_resumed_correctness_job_takes_the_gate_record_instead_of_gating_again
     gate_file = correctness.gate_record_path(out)
     assert gate_file.name == ".auto.gate-progress.json"
 
-    def job(fail_after=None, over=0.4):
-        v, calls = _counting(lambda x: over, fail_after=fail_after)
+    def job(fail_after=None):
+        v, calls = _counting(lambda x: 0.4, fail_after=fail_after)
         ctx = SimpleNamespace(cfg=cfg, case=case, weights=w, variant=v, prepared=v.prepare(case, w), device=CPU,
                               out_path=out)
         return correctness.job(ctx), calls

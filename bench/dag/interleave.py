@@ -36,13 +36,9 @@ import torch
 from kernels import get_variant, load_case, make_input, make_weights, tuning
 from kernels.dag import host
 from kernels.timing import Timer, summarize, time_calls
+from workflow.stages.common import sync as _sync
 
 SEQUENCES = ("alone", "protocol_even", "protocol_odd", "after_anchor", "after_sweep", "after_idle", "after_alloc")
-
-
-def _sync(dev) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
 
 
 def _timed(timer: Timer, before, fn, x, reps: int) -> list[float]:

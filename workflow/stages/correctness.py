@@ -165,6 +165,22 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
+def _job_key(case, variant, params, device, **more) -> str:
+    """The key of a correctness job's hidden progress files: commit, source digest, case, variant, parameters and
+    device (with ``more``), hashed; a file under another key is never resumed."""
+    from .common import git_commit
+    key = {"commit": git_commit(), "sources": _source_digest(), "case": case.name, "variant": variant.name,
+           "params": params, "device": str(device),
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", **more}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _beside(out_path, suffix: str) -> Path:
+    """A hidden file beside the result ``out_path`` (``.<stem><suffix>``, never a ``*.json`` result of the stage)."""
+    out_path = Path(out_path)
+    return out_path.with_name(f".{out_path.stem}{suffix}")
+
+
 class MarginProgress:
     """The finished margin inputs of one correctness job, one JSON line each, beside its result (a hidden
     ``.<variant>.margin-progress.jsonl``, never a result file): a job stopped by a time limit resumes on its re-run
@@ -173,9 +189,9 @@ class MarginProgress:
     under another key are ignored and the file is started again. A torn last line (a job killed mid-write) is
     ignored. ``done()`` removes the file once the check is complete."""
 
-    def __init__(self, path, key: dict):
+    def __init__(self, path, key: str):
         self.path = Path(path)
-        self.key = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        self.key = key
         self.rows: dict[tuple[int, int], dict] = {}
         try:
             lines = self.path.read_text().splitlines()
@@ -222,9 +238,9 @@ class GateRecord:
     Kept only under the job's key — commit, source digest, case, variant, parameters, gate settings, device — and
     removed with the margin progress once the job is complete."""
 
-    def __init__(self, path, key: dict):
+    def __init__(self, path, key: str):
         self.path = Path(path)
-        self.key = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        self.key = key
 
     def load(self) -> dict | None:
         try:
@@ -245,14 +261,12 @@ class GateRecord:
 
 def gate_record_path(out_path):
     """Where the correctness job for ``out_path`` keeps its gate record while its margin check runs."""
-    out_path = Path(out_path)
-    return out_path.with_name(f".{out_path.stem}.gate-progress.json")
+    return _beside(out_path, ".gate-progress.json")
 
 
 def margin_progress_path(out_path):
     """Where the correctness job for ``out_path`` keeps its margin progress."""
-    out_path = Path(out_path)
-    return out_path.with_name(f".{out_path.stem}.margin-progress.jsonl")
+    return _beside(out_path, ".margin-progress.jsonl")
 
 
 def margin_check(case, weights, variant, prepared, params: dict, scale: float, mcfg, gate_seeds, atol, rtol,
@@ -277,13 +291,10 @@ def margin_check(case, weights, variant, prepared, params: dict, scale: float, m
     k = reference_batch(case, device, int(mcfg.ref_batch))
     progress = None
     if progress_path is not None and bool(getattr(mcfg, "resume", True)):
-        from .common import git_commit
         mc = OmegaConf.to_container(mcfg, resolve=True) if OmegaConf.is_config(mcfg) else dict(mcfg)
-        progress = MarginProgress(progress_path, {
-            "commit": git_commit(), "sources": _source_digest(), "case": case.name, "variant": variant.name,
-            "params": params, "scale": scale, "atol": atol, "rtol": rtol, "margin": mc,
-            "gate_seeds": [int(s) for s in gate_seeds], "device": str(device),
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"})
+        progress = MarginProgress(progress_path, _job_key(
+            case, variant, params, device, scale=scale, atol=atol, rtol=rtol, margin=mc,
+            gate_seeds=[int(s) for s in gate_seeds]))
         if progress.resumed:
             log(f"  margin {case.name} {variant.name}: resuming, {progress.resumed} inputs finished by an interrupted "
                 f"run of this job ({progress.path})")
@@ -351,14 +362,9 @@ def job(ctx) -> dict:
     record = None
     if margin and ctx.out_path is not None and bool(getattr(mcfg, "resume", True)):
         from omegaconf import OmegaConf
-
-        from .common import git_commit
-        record = GateRecord(gate_record_path(ctx.out_path), {
-            "commit": git_commit(), "sources": _source_digest(), "case": ctx.case.name, "variant": ctx.variant.name,
-            "params": OmegaConf.to_container(cfg.variant.params, resolve=True),
-            "gate": [list(cfg.gate.scales), list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol)],
-            "device": str(ctx.device),
-            "device_name": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu"})
+        record = GateRecord(gate_record_path(ctx.out_path), _job_key(
+            ctx.case, ctx.variant, OmegaConf.to_container(cfg.variant.params, resolve=True), ctx.device,
+            gate=[list(cfg.gate.scales), list(cfg.gate.seeds), float(cfg.gate.atol), float(cfg.gate.rtol)]))
     body = record.load() if record is not None else None
     if body is not None:
         log(f"  {ctx.case.name} {ctx.variant.name}: the gate's record from an interrupted run of this job "
