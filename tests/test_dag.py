@@ -197,6 +197,26 @@ def test_run_refuses_cuda_graph_capture(monkeypatch):
     assert p.epoch == 0 and int(p.head[0]) == 0
 
 
+def test_direct_launch_passes_the_launch_arguments_as_addresses():
+    """The direct launch (CUDA: the compiled binary) passes ``_launch_args`` with every tensor as its address, x, y
+    and the epoch filled in per launch, then the constexprs: bound here by name against the JIT path's list."""
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c))
+    x = make_input(c, 1.0, 0)
+    y = torch.empty_like(x)
+    p.static_args = host.static_args(p)
+    p.const_args = ["constexprs"]
+    calls = []
+    p.runner = lambda *a: calls.append(a)
+    host.launch(p, x, y)
+    host.launch(p, x, y)
+    want = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in host._launch_args(p, x, y)]
+    assert list(calls[1]) == want + ["constexprs"] and p.epoch == 2
+    assert all(isinstance(a, (int, float)) for a in calls[1][:-1])
+    assert calls[0][host._EPOCH] == 1 and calls[1][host._EPOCH] == 2
+    assert calls[1][host._X] == x.data_ptr() and calls[1][host._Y] == y.data_ptr()
+
+
 @pytest.mark.parametrize("wait", ["serial", "parallel"])
 def test_spin_limit_turns_an_unsatisfiable_wait_into_an_error(wait):
     """A goal one signal above what a launch gives: the wait gives up after spin_limit polls and run() raises;
