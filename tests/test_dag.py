@@ -428,6 +428,15 @@ def test_levers_rewrite_the_graph_consistently():
     assert signalled == list(g.goals)
     assert G.topological(g) == []
     assert host.graph_for(case, n_programs=264, cost_model="h200").counts() == base.counts()  # builder restored
+    f = levers.build(case, "ln_fold", 1.0, 4, consumer_us=0.5)
+    counts = f.counts()
+    assert counts["ln2"] == 0 and counts["ln1"] == base.counts()["ln1"] // case.L and counts["lnf"] == base.counts()["lnf"]
+    assert {k: v for k, v in counts.items() if not k.startswith("ln")} == \
+        {k: v for k, v in base.counts().items() if not k.startswith("ln")}
+    assert G.topological(f) == [] and f.work_us() > base.work_us() - sum(t.cost for t in base.tasks if t.kind in
+                                                                         (G.LN1, G.LN2))
+    qkv1 = next(t for t in f.tasks if t.kind == G.QKV and t.layer == 1)
+    assert [f.counter_names[c][:2] for c in qkv1.waits] == [("f2", 0)]   # layer 0's FFN2 tiles of its rows
     for lever, gone in (("ffn_fused", "ffn2"), ("attn_oproj", "oproj")):
         f = levers.build(case, lever, 0.5, 4)
         assert f.counts()[gone] == 0 and G.topological(f) == []

@@ -18,8 +18,15 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
 * ``attn_oproj``: the output projection folded into the attention (seqres's ``attn_oproj``): an attention task also
   multiplies its 64 × dh output by its head's rows of Wo (K = dh) into the residual; the output-projection tasks and
   their link go, LN2 waits for every attention task of its rows.
+* ``ln_fold``: LN1 (past layer 0) and LN2 folded into their neighbours: the last K split to finish each residual
+  tile (output projection, FFN2) would compute its 64 columns' row statistics (mean, M2) and store the tile split as
+  the next GEMM's A, and the QKV / FFN1 tile would merge its rows' partial statistics and apply the LayerNorm in
+  its epilogue or A loads. The LayerNorm tasks and their links go (their consumers wait for the residual tiles
+  directly); every output-projection / FFN2 task costs ``--extra-us`` more (the arrival atomic's round trip, and the
+  statistics on the last split), every QKV / FFN1 tile ``--consumer-us`` more.
 
     python -m bench.dag.levers 2 3 4 12 --lever qkv_split2 --extra-us 0.3
+    python -m bench.dag.levers 2 3 4 12 --lever ln_fold --extra-us 1.0 --consumer-us 0.5
 """
 from __future__ import annotations
 
@@ -56,7 +63,7 @@ def _split_gemm(kind: int, extra_us: float):
     return stage
 
 
-def build(case, lever: str, extra_us: float, kv_blocks: int):
+def build(case, lever: str, extra_us: float, kv_blocks: int, consumer_us: float = 0.0):
     saved = G._Builder.qkv, G._Builder.ffn1
     try:
         if lever == "qkv_split2":
@@ -71,12 +78,60 @@ def build(case, lever: str, extra_us: float, kv_blocks: int):
         return _fold(g, G.FFN2, G.FFN1, 2.0 * t.block_m * case.D * t.block_n_ffn1 * 3 / tf + extra_us)
     if lever == "attn_oproj":
         return _fold(g, G.OPROJ, G.ATTN, 2.0 * t.block_q * case.D * case.dh * 3 / tf + extra_us)
+    if lever == "ln_fold":
+        return _fold_ln(g, extra_us, consumer_us)
     if lever == "attn_kv_split" and case.causal:
         fixed = g.tiling.cost.task_us
         for t in g.tasks:
             if t.kind == G.ATTN and t.c + 1 > kv_blocks:  # query block c sees c + 1 key blocks (block_q = block_kv)
                 t.cost = fixed + (t.cost - fixed) / 2 + extra_us
     return g
+
+
+def _fold_ln(g, producer_us: float, consumer_us: float) -> G.Graph:
+    """``g`` without its LN1 (past layer 0) and LN2 tasks: a task that waited for a removed task's counter waits for
+    what that task waited for (the residual tiles of its rows) and costs ``consumer_us`` more; the residual GEMM
+    tasks those counters collect cost ``producer_us`` more; goals recounted, the critical order rebuilt."""
+    seq = sorted(g.tasks, key=lambda x: x.seq)
+    gone = {id(x) for x in seq if x.kind == G.LN2 or (x.kind == G.LN1 and x.layer > 0)}
+    redirect: dict = {}
+    for x in seq:
+        if id(x) in gone:
+            for c in x.signals:
+                redirect.setdefault(c, set()).update(x.waits)
+    collected = set().union(*redirect.values()) if redirect else set()
+    tasks = []
+    for x in seq:
+        if id(x) in gone:
+            continue
+        waits, cost = [], x.cost
+        for c in x.waits:
+            waits.extend(sorted(redirect[c]) if c in redirect else [c])
+        if any(c in redirect for c in x.waits):
+            cost += consumer_us
+        if x.kind in (G.OPROJ, G.FFN2) and any(c in collected for c in x.signals):
+            cost += producer_us
+        tasks.append(G.Task(x.kind, x.layer, x.a, x.b, x.c, waits=tuple(dict.fromkeys(waits)), signals=x.signals,
+                            cost=cost, access=x.access, seq=x.seq))
+    return _regraph(g, tasks)
+
+
+def _regraph(g, tasks: list) -> G.Graph:
+    """A graph of ``tasks`` (in the sequential model's order) with ``g``'s counters: goals recounted, every wait
+    signalled by some task, the queue order rebuilt (the critical order of the fitted costs)."""
+    goals = [0] * g.n_counters
+    for x in tasks:
+        for c in x.signals:
+            goals[c] += 1
+    for x in tasks:
+        assert all(goals[c] > 0 for c in x.waits), x.name
+    for i, x in enumerate(tasks):
+        x.seq = i
+    prods = G._producer_lists(tasks, len(goals))
+    perm = G.critical_order(tasks, prods, PROGRAMS, g.tiling.cost.link_us)
+    out = G.Graph(g.case, g.tiling, [tasks[i] for i in perm], goals, g.counter_names, g.order)
+    out.producers = G._producer_lists(out.tasks, len(goals))
+    return out
 
 
 def _fold(g, gone: int, into: int, add_us: float) -> G.Graph:
@@ -105,35 +160,25 @@ def _fold(g, gone: int, into: int, add_us: float) -> G.Graph:
             x = G.Task(x.kind, x.layer, x.a, x.b, x.c, waits=x.waits, signals=tuple(sig),
                        cost=x.cost + add_us, access=x.access, seq=x.seq)
         tasks.append(x)
-    goals = [0] * g.n_counters
-    for x in tasks:
-        for c in x.signals:
-            goals[c] += 1
-    for x in tasks:
-        assert all(goals[c] > 0 for c in x.waits), x.name
-    for i, x in enumerate(tasks):
-        x.seq = i
-    prods = G._producer_lists(tasks, len(goals))
-    perm = G.critical_order(tasks, prods, PROGRAMS, t.cost.link_us)
-    out = G.Graph(case, t, [tasks[i] for i in perm], goals, g.counter_names, g.order)
-    out.producers = G._producer_lists(out.tasks, len(goals))
-    return out
+    return _regraph(g, tasks)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="+")
-    ap.add_argument("--lever", choices=("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj"), required=True)
+    ap.add_argument("--lever", choices=("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold"), required=True)
     ap.add_argument("--extra-us", type=float, default=0.3)
+    ap.add_argument("--consumer-us", type=float, default=0.0, help="ln_fold: µs more per QKV / FFN1 tile")
     ap.add_argument("--kv-blocks", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args(argv)
     print(f"{'case':8} {'tasks':>6} {'crit':>7} {'q+jit':>7}   {'lever':>6} {'crit':>7} {'q+jit':>7} {'change':>7}"
-          f"  (µs; {a.lever}, extra {a.extra_us} µs)")
+          f"  (µs; {a.lever}, extra {a.extra_us} µs"
+          + (f", consumer {a.consumer_us} µs)" if a.lever == "ln_fold" else ")"))
     for c in a.cases:
         case = load_case(c)
         base = _graph(case)
-        new = build(case, a.lever, a.extra_us, a.kv_blocks)
+        new = build(case, a.lever, a.extra_us, a.kv_blocks, a.consumer_us)
         rb, rn = (report(g, PROGRAMS, a.seeds, 0.1, pop_us=0.3, signal_us=0.6) for g in (base, new))
         qb, qn = rb["queue"]["jittered_us"], rn["queue"]["jittered_us"]
         print(f"{case.name:8} {len(base.tasks):6d} {rb['critical_path_us']:7.1f} {qb:7.1f}   {len(new.tasks):6d} "
