@@ -64,14 +64,26 @@ class Timer:
         return token[0].elapsed_time(token[1]) if isinstance(token, tuple) else token
 
 
+def queue_was_empty(prev_token) -> bool | None:
+    """Had the GPU finished everything issued so far (the previous timed call's end event complete) when the next
+    call is issued? Then the flush, the start event and the call's own launch reach an idle GPU as the host issues
+    them, and the host's time to the call's first kernel is timed too (docs/dag.md, "Results" 15). None on the CPU
+    (``prev_token`` a float) and for the first call."""
+    if isinstance(prev_token, tuple):
+        return bool(prev_token[1].query())
+    return None
+
+
 def time_calls(fns: dict[str, Callable], inputs: list | None = None, reps: int | dict[str, int] = 50,
                flush_bytes: int = FLUSH_BYTES, device=None, outputs: dict | None = None,
-               progress: Callable[[int, int], None] | None = None, warmup: int = 0) -> dict[str, list[float]]:
+               progress: Callable[[int, int], None] | None = None, warmup: int = 0,
+               drained: dict | None = None) -> dict[str, list[float]]:
     """Time each callable of ``fns`` (name -> fn(input)) ``reps`` times (an int, or per name), interleaved: round i
     calls every function once, in the order of ``fns`` on even rounds and reversed on odd ones, the k-th function
     on ``inputs[(i + k) % len(inputs)]`` (inputs rotate, so no call can return an earlier call's result; ``None``:
     each fn is called with no argument). Returns {name: [ms per call]}. ``outputs``, when given, receives
-    {name: (input index, output)} of each function's last call; ``progress(i, n)`` is called after each round.
+    {name: (input index, output)} of each function's last call; ``drained``, when given, {name: [``queue_was_empty``
+    before each call]}; ``progress(i, n)`` is called after each round.
     ``device`` defaults to the first input's device (else CUDA when available). ``warmup``: untimed calls of each
     function first (the timing stage warms up by time as well, ``workflow/stages/timing.py``)."""
     names = list(fns)
@@ -84,11 +96,16 @@ def time_calls(fns: dict[str, Callable], inputs: list | None = None, reps: int |
         for name in names:
             fns[name]() if inputs is None else fns[name](inputs[0])
     tokens = {k: [] for k in names}
+    if drained is not None:
+        drained.update({k: [] for k in names})
+    prev = None
     n = max(want.values(), default=0)
     for i in range(n):
         for name in (names if i % 2 == 0 else names[::-1]):
             if i >= want[name]:
                 continue
+            if drained is not None:
+                drained[name].append(queue_was_empty(prev))
             if inputs is None:
                 tok, out = timer(fns[name])
                 xi = None
@@ -96,6 +113,7 @@ def time_calls(fns: dict[str, Callable], inputs: list | None = None, reps: int |
                 xi = (i + names.index(name)) % len(inputs)
                 tok, out = timer(fns[name], inputs[xi])
             tokens[name].append(tok)
+            prev = tok
             if outputs is not None:
                 outputs[name] = (xi, out)
         if progress is not None:

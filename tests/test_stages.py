@@ -210,6 +210,33 @@ def test_timing_json_schema(tmp_path):
     assert rec["warmup"]["calls"] >= 10 and rec["warmup"]["ms"] >= 100
     assert rec["anchor"]["name"] == "eager_sdpa" and rec["anchor"]["n"] == 12
     assert rec["post_check"]["passed"]
+    assert rec["queue_drained"] == [None] * 12 and rec["drained_calls"] is None   # CPU: no queue to drain
+
+
+class _Ev:
+    def __init__(self, done):
+        self.done = done
+
+    def query(self):
+        return self.done
+
+
+def test_calls_are_split_by_the_state_of_the_gpu_queue():
+    """``queue_was_empty`` reads the previous call's end event (CUDA tokens; None on the CPU and for the first call);
+    the timing stage splits the variant's calls by it and flags two groups whose medians differ by more than 10%."""
+    from kernels.timing import queue_was_empty, time_calls
+    from workflow.stages.timing import queue_split
+    assert queue_was_empty((_Ev(True), _Ev(True))) is True and queue_was_empty((_Ev(True), _Ev(False))) is False
+    assert queue_was_empty(0.3) is None and queue_was_empty(None) is None
+    drained = {}
+    times = time_calls({"a": lambda: 1, "b": lambda: 2}, None, 3, device="cpu", drained=drained)
+    assert drained == {"a": [None] * 3, "b": [None] * 3} and len(times["a"]) == 3
+    assert queue_split([0.4, 0.5], [None, None]) == ({"drained_calls": None}, None)
+    t = [0.44, 0.56, 0.44, 0.55, 0.43, 0.56]
+    out, flag = queue_split(t, [None, True, False, True, False, True])
+    assert out == {"drained_calls": 3, "median_ms_drained": 0.56, "median_ms_queued": 0.435}
+    assert flag.startswith("3 of 5 calls found the GPU's queue drained: median 0.560 ms against 0.435 ms")
+    assert queue_split(t, [False] * 6)[1] is None and queue_split([0.44, 0.45], [True, False])[1] is None
 
 
 def test_an_unsupported_case_writes_a_result_saying_so(tmp_path):

@@ -77,8 +77,11 @@ def probe_case(case, args) -> dict:
            "reps": args.reps, "times_ms": {}}
     t = out["times_ms"]
     t["alone"] = _timed(timer, None, f, xs[0], args.reps)
-    prot = time_calls({"dag": f, "anchor": a}, xs, 2 * args.reps, args.flush_mb << 20, dev)
+    drained = {}
+    prot = time_calls({"dag": f, "anchor": a}, xs, 2 * args.reps, args.flush_mb << 20, dev, drained=drained)
     t["protocol_even"], t["protocol_odd"] = prot["dag"][0::2], prot["dag"][1::2]
+    # calls that found the GPU's queue drained (kernels.timing.queue_was_empty), by parity
+    out["protocol_drained"] = {"even": drained["dag"][0::2].count(True), "odd": drained["dag"][1::2].count(True)}
     # the anchor's own calls by parity too: even rounds run it right after a dag call, odd ones after its own
     out["anchor_ms"] = {"after_dag": prot["anchor"][0::2], "after_anchor": prot["anchor"][1::2]}
     t["after_anchor"] = _timed(timer, lambda: a(xs[1]), f, xs[0], args.reps)

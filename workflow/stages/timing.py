@@ -42,6 +42,25 @@ def host_wall_ms(fn: Callable, xs: list, device, reps: int) -> float:
     return statistics.median(ts)
 
 
+def queue_split(times_ms: list[float], drained: list, bound: float = 0.10) -> tuple[dict, str | None]:
+    """The variant's calls split by the state of the GPU's queue when each was issued (``kernels.timing.queue_was_empty``):
+    how many found it drained, the median of each group, and a flag when both groups have calls and their medians
+    differ by more than ``bound`` (the host's launch path is timed when the queue has drained: a short launch after the
+    anchor's host-bound eager calls pays it, one right after its own does not; docs/dag.md, "Results" 15)."""
+    known = [(t, d) for t, d in zip(times_ms, drained) if d is not None]
+    if not known:
+        return {"drained_calls": None}, None
+    dr = [t for t, d in known if d]
+    qd = [t for t, d in known if not d]
+    out = {"drained_calls": len(dr), "median_ms_drained": summarize(dr)["median_ms"] if dr else None,
+           "median_ms_queued": summarize(qd)["median_ms"] if qd else None}
+    flag = None
+    if dr and qd and abs(out["median_ms_drained"] / out["median_ms_queued"] - 1) > bound:
+        flag = (f"{len(dr)} of {len(known)} calls found the GPU's queue drained: median {out['median_ms_drained']:.3f} "
+                f"ms against {out['median_ms_queued']:.3f} ms queued (a drained queue times the launch path too)")
+    return out, flag
+
+
 def job(ctx) -> dict:
     """The timing job for one case x variant (``ctx``: workflow.run.JobContext)."""
     from kernels import gate, get_variant, make_input, reference_forward
@@ -74,7 +93,9 @@ def job(ctx) -> dict:
     def progress(i, n):
         if (i + 1) % max(1, n // 5) == 0:
             log(f"  timed {i + 1}/{n} calls [{time.time() - t0:.1f}s]")
-    times = time_calls(fns, xs, reps, int(tc.flush_l2_mb) << 20, device, outputs=last, progress=progress)
+    drained = {}
+    times = time_calls(fns, xs, reps, int(tc.flush_l2_mb) << 20, device, outputs=last, progress=progress,
+                       drained=drained)
     sync(device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     clocks_after = read_clocks()
@@ -85,6 +106,9 @@ def job(ctx) -> dict:
     if device.type == "cuda" and stats["median_ms"] < float(tc.wall_ratio_bound) * wall - 0.05:
         flags.append(f"event median {stats['median_ms']:.3f} ms << host wall {wall:.3f} ms per call: "
                      "work outside the current stream?")
+    queue, qflag = queue_split(times["variant"], drained["variant"])
+    if qflag:
+        flags.append(qflag)
     drift = None
     if clocks_before and clocks_after and clocks_before.get("sm_mhz") and clocks_after.get("sm_mhz"):
         drift = abs(clocks_after["sm_mhz"] - clocks_before["sm_mhz"])
@@ -104,6 +128,8 @@ def job(ctx) -> dict:
     return {
         **stats,
         "times_ms": times["variant"],
+        "queue_drained": drained["variant"],
+        **queue,
         "warmup": warm["variant"],
         "anchor": anchor_result,
         "anchor_ratio": ratio,
