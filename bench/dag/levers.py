@@ -166,7 +166,8 @@ def _fold(g, gone: int, into: int, add_us: float) -> G.Graph:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="+")
-    ap.add_argument("--lever", choices=("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold"), required=True)
+    ap.add_argument("--lever", required=True,
+                    choices=("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold"))
     ap.add_argument("--extra-us", type=float, default=0.3)
     ap.add_argument("--consumer-us", type=float, default=0.0, help="ln_fold: µs more per QKV / FFN1 tile")
     ap.add_argument("--kv-blocks", type=int, default=4)

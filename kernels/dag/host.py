@@ -374,8 +374,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
 def static_args(p: DagPrepared) -> list:
     """``_launch_args`` with every tensor as its device address, resolved once: Triton's launcher takes an int as a
     pointer as it is, where a tensor costs a ``data_ptr()`` call and a driver query (``cuPointerGetAttribute``) per
-    argument (36 long-lived buffers here; the seqres family's ``static_pointers``). The buffers live as long as ``p`` and are
-    never reallocated; x, y and the epoch are filled in per launch (``direct_args``)."""
+    argument (36 long-lived buffers here; the seqres family's ``static_pointers``). The buffers live as long as ``p``
+    and are never reallocated; x, y and the epoch are filled in per launch (``direct_args``)."""
     x = p.tensors["r_ptr"]
     return [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in _launch_args(p, x, x)]
 

@@ -43,10 +43,11 @@ def host_wall_ms(fn: Callable, xs: list, device, reps: int) -> float:
 
 
 def queue_split(times_ms: list[float], drained: list, bound: float = 0.10) -> tuple[dict, str | None]:
-    """The variant's calls split by the state of the GPU's queue when each was issued (``kernels.timing.queue_was_empty``):
-    how many found it drained, the median of each group, and a flag when both groups have calls and their medians
-    differ by more than ``bound`` (the host's launch path is timed when the queue has drained: a short launch after the
-    anchor's host-bound eager calls pays it, one right after its own does not; docs/dag.md, "Results" 15)."""
+    """The variant's calls split by the state of the GPU's queue when each was issued
+    (``kernels.timing.queue_was_empty``): how many found it drained, the median of each group, and a flag when both
+    groups have calls and their medians differ by more than ``bound`` (the host's launch path is timed when the queue
+    has drained: a short launch after the anchor's host-bound eager calls pays it, one right after its own does not;
+    docs/dag.md, "Results" 15)."""
     known = [(t, d) for t, d in zip(times_ms, drained) if d is not None]
     if not known:
         return {"drained_calls": None}, None
