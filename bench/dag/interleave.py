@@ -116,11 +116,16 @@ def probe_case(case, args) -> dict:
         out["trace"] = prof
         out["split"] = split_launch(pt, dag, a, xs, timer, args)
         out["clock_mhz"] = clock_states(f, a, xs, dev, args)
-        out["drained"] = drained_launch(case, w, p, xs, timer, args)
+        out["drained"] = drained_launch(case, w, p, f, xs, timer, args)
     return out
 
 
-def drained_launch(case, w, p, xs, timer: Timer, args) -> dict:
+def _spin_cycles(args) -> int:
+    """Cycles of ``torch.cuda._sleep`` for ``--spin-us`` at the H200's top SM clock (1980 MHz)."""
+    return int(args.spin_us * 1980)
+
+
+def drained_launch(case, w, p, f, xs, timer: Timer, args) -> dict:
     """Event time (µs, median of ``--split-reps``) of one call with the GPU's queue full (``busy``: a spin kernel
     ahead of it) and drained (``drained``: synchronize, ``--idle-ms`` of host sleep), for: ``dag.run``; the compiled
     binary launched bare (arguments resolved beforehand, no input check, no error bookkeeping); ``hybrid`` (a CUDA
@@ -137,9 +142,9 @@ def drained_launch(case, w, p, xs, timer: Timer, args) -> dict:
         args_bare[host._EPOCH] = p.epoch
         p.runner(*args_bare)
         return y
-    calls = {"dag.run": lambda x: get_variant("dag").run(p, x), "dag_bare": bare,
+    calls = {"dag.run": f, "dag_bare": bare,
              "hybrid": lambda x: hyb.run(hp, x), "tiny": lambda x: x * 1}
-    cycles = int(args.spin_us * 1980)
+    cycles = _spin_cycles(args)
     out = {}
     for name, fn in calls.items():
         for _ in range(3):
@@ -172,7 +177,7 @@ def split_launch(pt, dag, a, xs, timer: Timer, args) -> dict:
     the idle sequence with the GPU kept busy by a spin kernel (``torch.cuda._sleep``) of ``--spin-us`` before the
     flush, so a drained queue alone (host time exposed) and a clock drop can be told apart."""
     dev = timer.device
-    cycles = int(args.spin_us * 1980)  # at the H200's top SM clock (1980 MHz)
+    cycles = _spin_cycles(args)
     befores = {"alone": None, "after_idle": lambda: time.sleep(args.idle_ms / 1e3),
                "after_anchor": lambda: a(xs[1]),
                "after_idle_spin": lambda: (time.sleep(args.idle_ms / 1e3), torch.cuda._sleep(cycles))}
