@@ -204,8 +204,7 @@ def test_direct_launch_passes_the_launch_arguments_as_addresses():
     p = host.prepare(c, make_weights(c))
     x = make_input(c, 1.0, 0)
     y = torch.empty_like(x)
-    p.static_args = host.static_args(p)
-    p.const_args = ["constexprs"]
+    p.direct = host.static_args(p) + ["constexprs"]
     calls = []
     p.runner = lambda *a: calls.append(a)
     host.launch(p, x, y)
@@ -215,6 +214,39 @@ def test_direct_launch_passes_the_launch_arguments_as_addresses():
     assert all(isinstance(a, (int, float)) for a in calls[1][:-1])
     assert calls[0][host._EPOCH] == 1 and calls[1][host._EPOCH] == 2
     assert calls[1][host._X] == x.data_ptr() and calls[1][host._Y] == y.data_ptr()
+
+
+class _Event:
+    """A stand-in for the CUDA event after the lazy check's copy of err: ``done`` says whether it has landed."""
+    done = False
+
+    def query(self):
+        return self.done
+
+    def record(self):
+        pass
+
+
+def test_lazy_check_reports_a_gave_up_wait_once_after_the_launch():
+    """``check: lazy`` (CUDA's default), driven on the CPU with a stand-in event: the launch goes first, then the
+    bookkeeping; a copy of err is read only once it has landed, a new one issued only when none is pending; err[0]
+    only grows, so each gave-up wait is reported once, by the first ``run`` that reads its copy."""
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c), check="lazy")
+    p.err_host, p.err_event = torch.zeros(2, dtype=torch.int32), _Event()
+    x = make_input(c, 1.0, 0)
+    p.err.copy_(torch.tensor([1, 7]))             # a wait of task 7 gave up in the launch before this one
+    host.run(p, x)                                # launches, then copies err (nothing read yet)
+    assert p.epoch == 1 and p.err_pending and p.err_host.tolist() == [1, 7]
+    host.run(p, x)                                # the copy has not landed: no read, no second copy
+    assert p.epoch == 2 and p.err_pending
+    p.err_event.done = True
+    with pytest.raises(RuntimeError, match=r"1 dependency wait\(s\) gave up .*task 7"):
+        host.run(p, x)                            # launched first, then the landed copy is read
+    assert p.epoch == 3 and not p.err_pending and p.err_seen == 1
+    host.run(p, x)                                # a fresh copy is issued; the same count is not reported again
+    host.run(p, x)
+    assert p.epoch == 5 and p.err_seen == 1 and int(p.err[0]) == 1
 
 
 @pytest.mark.parametrize("wait", ["serial", "parallel"])

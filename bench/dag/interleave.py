@@ -135,7 +135,7 @@ def drained_launch(case, w, p, f, xs, timer: Timer, args) -> dict:
     hyb = get_variant("hybrid")
     hp = hyb.prepare(case, w)
     y = torch.empty_like(xs[0])
-    args_bare = host.direct_args(p, xs[0], y) + list(p.const_args)
+    args_bare = list(host.direct_args(p, xs[0], y))
 
     def bare(x):
         p.epoch += 1

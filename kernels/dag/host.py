@@ -181,10 +181,12 @@ class DagPrepared:
     info: dict = field(default_factory=dict)
     kernel: object = None     # CUDA: the compiled kernel (registers, shared memory)
     runner: object = None     # CUDA: kernel[grid], launched directly (no per-call JIT dispatch)
-    const_args: list = field(default_factory=list)  # the constexpr arguments in signature order
-    static_args: list = field(default_factory=list)  # CUDA: the runtime arguments as the direct launch passes them
-    err_host: torch.Tensor = None   # check lazy: pinned copy of err and the event after it
+    direct: list = field(default_factory=list)  # CUDA: the direct launch's whole argument list (``direct_args``)
+    epoch_limit: int = 0      # launches before the counters wrap (``_epoch_limit``, computed once)
+    err_seen: int = 0         # the waits that gave up, as far as ``run`` has reported them (err[0] only grows)
+    err_host: torch.Tensor = None   # check lazy: pinned copy of err, the event after the copy, whether it is pending
     err_event: object = None
+    err_pending: bool = False
 
 
 def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
@@ -362,12 +364,12 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
                               f"{o['num_warps']} warps) on {n_sm} SMs; set ctas_per_sm={max(1, occ)} (or grid <= "
                               f"{n_sm * occ}), or lower num_stages / block_k to shrink shared memory")
         p.err_host = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+        p.err_event = torch.cuda.Event()
         # launch the compiled binary directly: Triton's per-call argument binding and specialization key cost tens
         # of µs of host time per call (docs/seqres.md, "Launch")
         p.runner = p.kernel[(grid, 1, 1)]
-        names = _dag_fwd.arg_names
-        p.const_args = [p.meta[n] for n in names[names.index("B"):]]
-        p.static_args = static_args(p)
+        p.direct = static_args(p) + const_args(p)
+    p.epoch_limit = _epoch_limit(p)
     return p
 
 
@@ -380,14 +382,21 @@ def static_args(p: DagPrepared) -> list:
     return [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in _launch_args(p, x, x)]
 
 
+def const_args(p: DagPrepared) -> list:
+    """The constexpr arguments of ``_dag_fwd`` in signature order (the compiled binary takes them last)."""
+    names = _dag_fwd.arg_names
+    return [p.meta[n] for n in names[names.index("B"):]]
+
+
 _X, _Y = _dag_fwd.arg_names.index("x_ptr"), _dag_fwd.arg_names.index("y_ptr")
 _EPOCH = _dag_fwd.arg_names.index("epoch")
 
 
 def direct_args(p: DagPrepared, x: torch.Tensor, y: torch.Tensor) -> list:
-    """The launch's runtime arguments from ``p.static_args``: x's and y's addresses (x checked by ``validate_input``
-    to be on the prepared device, y allocated beside it) and this launch's epoch."""
-    args = list(p.static_args)
+    """The direct launch's arguments: ``p.direct`` (``static_args`` then ``const_args``, built once by ``prepare``)
+    with x's and y's addresses (x checked by ``validate_input`` to be on the prepared device, y allocated beside it)
+    and this launch's epoch written in place — the list is ``p``'s own, reused by every launch (no per-call copy)."""
+    args = p.direct
     args[_X], args[_Y], args[_EPOCH] = x.data_ptr(), y.data_ptr(), max(1, p.epoch)
     return args
 
@@ -400,24 +409,43 @@ def _epoch_limit(p: DagPrepared) -> int:
 
 def launch(p: DagPrepared, x: torch.Tensor, y: torch.Tensor):
     """One launch: y = forward(x). Zeroes the counters first only when the epoch would overflow int32."""
-    if p.epoch + 1 > _epoch_limit(p):
+    if p.epoch + 1 > p.epoch_limit:
         p.ctr.zero_()
         p.head.zero_()
         p.epoch = 0
     p.epoch += 1
     if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-        p.runner(*direct_args(p, x, y), *p.const_args)
+        p.runner(*direct_args(p, x, y))
     else:  # (the JIT path: the interpreter, or x / y without the 16-byte alignment the binary assumes)
         with compile_context(p.params):
             _dag_fwd[(p.grid,)](*_launch_args(p, x, y), **p.meta, **p.launch)
 
 
 def check(p: DagPrepared) -> None:
-    """Raise if a launch of ``p`` had a dependency wait that gave up (synchronises)."""
-    bad, task = p.err.tolist()
-    if bad:
-        p.err.zero_()
-        _raise_timeout(p, bad, task)
+    """Raise if a launch of ``p`` had a dependency wait that gave up since the last report (synchronises)."""
+    _report(p, *p.err.tolist())
+
+
+def _report(p: DagPrepared, bad: int, task: int) -> None:
+    """err[0] counts the waits that gave up over every launch (never zeroed, so a launch still in flight cannot lose
+    its count to a reset); raise once for the ones ``run`` has not reported yet."""
+    if bad > p.err_seen:
+        new, p.err_seen = bad - p.err_seen, bad
+        _raise_timeout(p, new, task)
+
+
+def _check_lazy(p: DagPrepared) -> None:
+    """``check: lazy``, after the launch: when the pinned copy of err issued after an earlier launch has landed, read
+    it (and raise for new gave-up waits); then, unless a copy is still pending, copy err after this launch. No
+    synchronisation, nothing before the launch: the error of a launch is raised by a later ``run`` (or ``check``)."""
+    if p.err_pending:
+        if not p.err_event.query():
+            return
+        p.err_pending = False
+        _report(p, *p.err_host.tolist())
+    p.err_host.copy_(p.err, non_blocking=True)
+    p.err_event.record()
+    p.err_pending = True
 
 
 def _raise_timeout(p: DagPrepared, bad: int, task: int):
@@ -496,7 +524,10 @@ def run(p: DagPrepared, x: torch.Tensor) -> torch.Tensor:
     """x: [B, S, D] fp32 contiguous on the prepared device -> y: [B, S, D] fp32 (fresh); x is only read.
 
     ``check: sync`` synchronises and raises when a dependency wait gave up; ``lazy`` does not synchronise: the
-    error of a launch is raised by the first ``run`` that finds the launch finished (or by ``check``). The epoch is
+    error of a launch is raised by a later ``run`` that finds the copy of err issued after it landed (or by ``check``).
+    Before the launch only the input check, the capture check, y's allocation and the epoch: the error bookkeeping
+    comes after it (on an idle GPU every µs of host time before the launch is timed too; docs/dag.md, "Results" 16).
+    The epoch is
     a launch argument, so a captured CUDA graph would replay one epoch and pass every dependency wait at once: ``run``
     refuses to be captured (``capturing``)."""
     validate_input(p, x)
@@ -506,20 +537,10 @@ def run(p: DagPrepared, x: torch.Tensor) -> torch.Tensor:
             "reduce-overhead mode): each launch passes its epoch to the dependency counters, so a replay would reuse "
             "one epoch and skip every wait, a silently wrong result. Call run directly (it is one launch per forward "
             "already), or use the variant 'hybrid' (cuda_graph: auto) where the caller needs a graph")
-    lazy = p.params["check"] == "lazy" and p.err_host is not None
-    if lazy and p.err_event is not None and p.err_event.query():
-        bad, task = p.err_host.tolist()
-        p.err_event = None
-        if bad:
-            p.err.zero_()
-            _raise_timeout(p, bad, task)
     y = torch.empty_like(x)
     launch(p, x, y)
-    if lazy:
-        if p.err_event is None:
-            p.err_host.copy_(p.err, non_blocking=True)
-            p.err_event = torch.cuda.Event()
-            p.err_event.record()
+    if p.params["check"] == "lazy" and p.err_host is not None:
+        _check_lazy(p)
     else:
         check(p)
     return y
