@@ -486,6 +486,30 @@ def test_levers_rewrite_the_graph_consistently():
     assert all(after[k] == before[k] for k, t in ((t.seq, t) for t in a.tasks if t.kind == G.ATTN) if t.c < 4)
 
 
+def test_levers_compose_in_one_graph():
+    """``bench.dag.levers`` with several levers: the K split, the attention split and the LayerNorm fold all show in
+    one graph (the QKV tiles doubled, no LN2 task, the long attention tasks shorter), goals recounted, the order
+    topological; a lever's own extra µs (``name:µs``) is parsed, and an unknown or repeated lever is refused."""
+    from bench.dag import levers
+    case = load_case("case04")
+    base = host.graph_for(case, n_programs=264, cost_model="h200")
+    specs = levers.parse_levers(["ln_fold:1.0", "qkv_split2", "attn_kv_split:2"], 0.3)
+    assert specs == [("ln_fold", 1.0), ("qkv_split2", 0.3), ("attn_kv_split", 2.0)]
+    g = levers.build(case, specs, kv_blocks=4, consumer_us=0.5)
+    counts = g.counts()
+    assert counts["qkv"] == 2 * base.counts()["qkv"] and counts["ln2"] == 0 and counts["attn"] == base.counts()["attn"]
+    longest = max(t.cost for t in base.tasks if t.kind == G.ATTN)
+    assert max(t.cost for t in g.tasks if t.kind == G.ATTN) < longest
+    signalled = [0] * g.n_counters
+    for t in g.tasks:
+        for c in t.signals:
+            signalled[c] += 1
+    assert signalled == list(g.goals) and G.topological(g) == []
+    for bad in (["nope"], ["ln_fold", "ln_fold:1"], ["ln_fold:x"]):
+        with pytest.raises(SystemExit):
+            levers.parse_levers(bad, 0.3)
+
+
 def test_ncu_bound_parses_the_raw_page():
     """``bench.dag.ncu_bound.parse`` keeps the ``_dag_fwd`` rows of ``ncu --csv --page raw``, converts the duration to
     µs and sectors to GB, and leaves a missing metric as None."""

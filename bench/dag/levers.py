@@ -25,8 +25,13 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   directly); every output-projection / FFN2 task costs ``--extra-us`` more (the arrival atomic's round trip, and the
   statistics on the last split), every QKV / FFN1 tile ``--consumer-us`` more.
 
+Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
+the order given — the K splits when the graph is built, then the attention split, then the folds one after another
+(each on the graph the previous one left).
+
     python -m bench.dag.levers 2 3 4 12 --lever qkv_split2 --extra-us 0.3
     python -m bench.dag.levers 2 3 4 12 --lever ln_fold --extra-us 1.0 --consumer-us 0.5
+    python -m bench.dag.levers 2 3 4 12 --lever ln_fold:1.0 qkv_split2:0.3 attn_kv_split:2 --consumer-us 0.5
 """
 from __future__ import annotations
 
@@ -63,28 +68,54 @@ def _split_gemm(kind: int, extra_us: float):
     return stage
 
 
-def build(case, lever: str, extra_us: float, kv_blocks: int, consumer_us: float = 0.0):
+LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold")
+_SPLITS, _FOLDS = ("qkv_split2", "ffn1_split2"), ("ffn_fused", "attn_oproj", "ln_fold")
+
+
+def parse_levers(specs: list[str], default_extra_us: float) -> list[tuple[str, float]]:
+    """``name`` or ``name:extra_us`` -> [(name, extra µs)]; an unknown name or a repeated lever is an error."""
+    out = []
+    for spec in specs:
+        name, _, extra = spec.partition(":")
+        if name not in LEVERS:
+            raise SystemExit(f"bench.dag.levers: unknown lever {name!r}; valid: {', '.join(LEVERS)}")
+        if name in (n for n, _ in out):
+            raise SystemExit(f"bench.dag.levers: lever {name!r} given twice")
+        try:
+            out.append((name, float(extra) if extra else default_extra_us))
+        except ValueError:
+            raise SystemExit(f"bench.dag.levers: {spec!r}: the extra µs after ':' must be a number") from None
+    return out
+
+
+def build(case, lever, extra_us: float = 0.3, kv_blocks: int = 4, consumer_us: float = 0.0):
+    """The graph with ``lever`` applied: one name (with ``extra_us``) or a list of (name, extra µs), composed in
+    the order the module docstring gives."""
+    levers = [(lever, extra_us)] if isinstance(lever, str) else list(lever)
     saved = G._Builder.qkv, G._Builder.ffn1
     try:
-        if lever == "qkv_split2":
-            G._Builder.qkv = _split_gemm(G.QKV, extra_us)
-        elif lever == "ffn1_split2":
-            G._Builder.ffn1 = _split_gemm(G.FFN1, extra_us)
+        for name, extra in levers:
+            if name == "qkv_split2":
+                G._Builder.qkv = _split_gemm(G.QKV, extra)
+            elif name == "ffn1_split2":
+                G._Builder.ffn1 = _split_gemm(G.FFN1, extra)
         g = _graph(case)
     finally:
         G._Builder.qkv, G._Builder.ffn1 = saved
     t, tf = g.tiling, g.tiling.cost.tflops * 1e6  # FLOP per µs of one program; the folded product on bf16x3
-    if lever == "ffn_fused":
-        return _fold(g, G.FFN2, G.FFN1, 2.0 * t.block_m * case.D * t.block_n_ffn1 * 3 / tf + extra_us)
-    if lever == "attn_oproj":
-        return _fold(g, G.OPROJ, G.ATTN, 2.0 * t.block_q * case.D * case.dh * 3 / tf + extra_us)
-    if lever == "ln_fold":
-        return _fold_ln(g, extra_us, consumer_us)
-    if lever == "attn_kv_split" and case.causal:
-        fixed = g.tiling.cost.task_us
-        for t in g.tasks:
-            if t.kind == G.ATTN and t.c + 1 > kv_blocks:  # query block c sees c + 1 key blocks (block_q = block_kv)
-                t.cost = fixed + (t.cost - fixed) / 2 + extra_us
+    for name, extra in levers:
+        if name == "attn_kv_split" and case.causal:
+            fixed = t.cost.task_us
+            for x in g.tasks:
+                if x.kind == G.ATTN and x.c + 1 > kv_blocks:  # query block c sees c + 1 key blocks (block_q = block_kv)
+                    x.cost = fixed + (x.cost - fixed) / 2 + extra
+    for name, extra in levers:
+        if name == "ffn_fused":
+            g = _fold(g, G.FFN2, G.FFN1, 2.0 * t.block_m * case.D * t.block_n_ffn1 * 3 / tf + extra)
+        elif name == "attn_oproj":
+            g = _fold(g, G.OPROJ, G.ATTN, 2.0 * t.block_q * case.D * case.dh * 3 / tf + extra)
+        elif name == "ln_fold":
+            g = _fold_ln(g, extra, consumer_us)
     return g
 
 
@@ -166,20 +197,21 @@ def _fold(g, gone: int, into: int, add_us: float) -> G.Graph:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="+")
-    ap.add_argument("--lever", required=True,
-                    choices=("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold"))
+    ap.add_argument("--lever", required=True, nargs="+", metavar="NAME[:EXTRA_US]",
+                    help=f"one or more of {', '.join(LEVERS)}, composed; EXTRA_US overrides --extra-us for that lever")
     ap.add_argument("--extra-us", type=float, default=0.3)
     ap.add_argument("--consumer-us", type=float, default=0.0, help="ln_fold: µs more per QKV / FFN1 tile")
     ap.add_argument("--kv-blocks", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args(argv)
+    levers = parse_levers(a.lever, a.extra_us)
+    named = " + ".join(f"{n} (extra {e} µs)" for n, e in levers)
     print(f"{'case':8} {'tasks':>6} {'crit':>7} {'q+jit':>7}   {'lever':>6} {'crit':>7} {'q+jit':>7} {'change':>7}"
-          f"  (µs; {a.lever}, extra {a.extra_us} µs"
-          + (f", consumer {a.consumer_us} µs)" if a.lever == "ln_fold" else ")"))
+          f"  (µs; {named}" + (f", consumer {a.consumer_us} µs)" if "ln_fold" in dict(levers) else ")"))
     for c in a.cases:
         case = load_case(c)
         base = _graph(case)
-        new = build(case, a.lever, a.extra_us, a.kv_blocks, a.consumer_us)
+        new = build(case, levers, kv_blocks=a.kv_blocks, consumer_us=a.consumer_us)
         rb, rn = (report(g, PROGRAMS, a.seeds, 0.1, pop_us=0.3, signal_us=0.6) for g in (base, new))
         qb, qn = rb["queue"]["jittered_us"], rn["queue"]["jittered_us"]
         print(f"{case.name:8} {len(base.tasks):6d} {rb['critical_path_us']:7.1f} {qb:7.1f}   {len(new.tasks):6d} "
