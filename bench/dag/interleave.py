@@ -129,8 +129,9 @@ def drained_launch(case, w, p, f, xs, timer: Timer, args) -> dict:
     """Event time (µs, median of ``--split-reps``) of one call with the GPU's queue full (``busy``: a spin kernel
     ahead of it) and drained (``drained``: synchronize, ``--idle-ms`` of host sleep), for: ``dag.run``; the compiled
     binary launched bare (arguments resolved beforehand, no input check, no error bookkeeping); ``hybrid`` (a CUDA
-    graph replay); one tiny kernel (``x * 1``). With the host time (µs, perf_counter) of each call in the drained state:
-    what of a drained call's extra time is the host's launch path, and what every launch pays."""
+    graph replay); one tiny kernel (``x * 1``). With the host time (µs, perf_counter around the timer: the flush, the
+    events and the call) in both states: what of a drained call's extra time is the host's launch path, and what every
+    launch pays."""
     dev = timer.device
     hyb = get_variant("hybrid")
     hp = hyb.prepare(case, w)

@@ -69,7 +69,6 @@ def _split_gemm(kind: int, extra_us: float):
 
 
 LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold")
-_SPLITS, _FOLDS = ("qkv_split2", "ffn1_split2"), ("ffn_fused", "attn_oproj", "ln_fold")
 
 
 def parse_levers(specs: list[str], default_extra_us: float) -> list[tuple[str, float]]:
