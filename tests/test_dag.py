@@ -543,3 +543,38 @@ def test_interleave_probe_runs_its_sequences(tmp_path, capsys):
     assert set(rec["times_ms"]) == set(interleave.SEQUENCES)
     assert all(len(v) == 1 and v[0] > 0 for v in rec["times_ms"].values())
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
+    """``bench.dag.ws_chain`` (GPU only to run): the warp-specialized chain kernel and its `tl` twin compile for sm_90a
+    with what they are measured with: TMA loads and three wgmma per K step, one acquire poll and one release per task,
+    the proxy fences between the generic stores and the TMA reads, and the loader's registers handed over."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bench.dag.ws_chain", "--compile"], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    ws, t = r["ws"], r["tl"]
+    assert ws["wgmma"] % 3 == 0 and ws["wgmma"] > 0 and ws["tma"] >= 4, ws
+    assert ws["acquire"] == 1 and ws["release"] == 1 and ws["proxy_fence"] == 2 and ws["setmaxnreg"] > 0, ws
+    assert ws["shared"] <= 232448, ws  # fits one H200 SM
+    assert t["wgmma"] % 3 == 0 and t["wgmma"] > 0 and t["cp_async"] > 0, t
+    assert t["acquire"] == 1 and t["release"] == 1, t
+
+
+def test_ws_chain_reference_is_the_split_operands_chain():
+    """The probe's float64 reference multiplies what the kernel multiplies (hi + lo of x0 and every W), stage by
+    stage; its launch bookkeeping has one task per (stage, row block, column tile)."""
+    from bench.dag.ws_chain import Chain
+    c = Chain(L=3, M=128, K=128, seed=1, device="cpu")
+    assert (c.MB, c.NTN, c.TPS, c.n_tasks) == (2, 2, 4, 12)
+    x = c.act_hi[:128].double() + c.act_lo[:128].double()
+    w = (c.w_hi.double() + c.w_lo.double()).reshape(3, 128, 128)
+    torch.testing.assert_close(c.ref, x @ w[0] @ w[1] @ w[2])
+    assert float((c.act_hi[128:].float()).abs().max()) == 0.0  # the stages' outputs start at zero
+    with pytest.raises(AssertionError, match="multiples of 64"):
+        Chain(L=1, M=100, K=128, device="cpu")

@@ -46,9 +46,9 @@ def _issue_loads(step, pid, nprog, KT, ahi_d, alo_d, whi_d, wlo_d, a_hi, a_lo, w
 
 
 @gluon.jit
-def _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT, STAGES: gl.constexpr):
-    """The program's TMA ring: STAGES shared-memory slots for the four operand tiles, one mbarrier each, and the
-    first STAGES - 1 steps' loads issued; returns the slots, the barriers and the program's step count."""
+def operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES: gl.constexpr):
+    """STAGES shared-memory slots for the four bf16x3 operand tiles (A hi/lo [BM, BK], W hi/lo [BK, BN]), laid out
+    as their TMA descriptors' blocks."""
     BM: gl.constexpr = ahi_d.block_type.shape[0]
     BK: gl.constexpr = ahi_d.block_type.shape[1]
     BN: gl.constexpr = whi_d.block_type.shape[1]
@@ -57,6 +57,16 @@ def _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT, STAGES: gl.constexpr):
     a_lo = gl.allocate_shared_memory(dt, [STAGES, BM, BK], alo_d.layout)
     w_hi = gl.allocate_shared_memory(dt, [STAGES, BK, BN], whi_d.layout)
     w_lo = gl.allocate_shared_memory(dt, [STAGES, BK, BN], wlo_d.layout)
+    return a_hi, a_lo, w_hi, w_lo
+
+
+@gluon.jit
+def _ring(ahi_d, alo_d, whi_d, wlo_d, N, K, NT, STAGES: gl.constexpr):
+    """The program's TMA ring: STAGES shared-memory slots for the four operand tiles, one mbarrier each, and the
+    first STAGES - 1 steps' loads issued; returns the slots, the barriers and the program's step count."""
+    BK: gl.constexpr = ahi_d.block_type.shape[1]
+    BN: gl.constexpr = whi_d.block_type.shape[1]
+    a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
@@ -252,16 +262,11 @@ def mm3_gluon_ws(ahi_d, alo_d, whi_d, wlo_d, c_ptr, N, K, NT,
     """``mm3_gluon`` warp-specialized: a 1-warp TMA producer partition and the MMA warps (``num_warps``,
     4 = one warpgroup on 64-row tiles, 8 = two on 128-row tiles) as the default partition, handing the
     ring's slots over with ready/empty mbarriers."""
-    BM: gl.constexpr = ahi_d.block_type.shape[0]
     BK: gl.constexpr = ahi_d.block_type.shape[1]
     BN: gl.constexpr = whi_d.block_type.shape[1]
-    dt: gl.constexpr = ahi_d.dtype
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
-    a_hi = gl.allocate_shared_memory(dt, [STAGES, BM, BK], ahi_d.layout)
-    a_lo = gl.allocate_shared_memory(dt, [STAGES, BM, BK], alo_d.layout)
-    w_hi = gl.allocate_shared_memory(dt, [STAGES, BK, BN], whi_d.layout)
-    w_lo = gl.allocate_shared_memory(dt, [STAGES, BK, BN], wlo_d.layout)
+    a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):

@@ -1,0 +1,466 @@
+"""What one link of a dependency chain costs in a warp-specialized Gluon task loop, against the `tl` loop of today's kernel.
+
+The `dag` kernel's cases 2–4 are bound by the per-layer chain of dependent tasks ("What bounds it" in docs/dag.md):
+each chain task pays ~2.6 µs besides its MMA work and each link ~0.6 µs, and the simulator says 6× needs ~1.0 µs and
+~0.2 µs with tiles 1.5× faster. The warp-specialized design of the prior art (a loader warp that loads the next task's
+weights while the consumer warps compute, a warp that does the release) is the candidate. This probe measures the
+chain it would run, on one synthetic graph, before any of the megakernel is rewritten:
+
+    X_{s+1} = X_s · W_s,  s = 0 … L-1,  X_s [M, K] and W_s [K, K] as bf16 hi/lo pairs, bf16x3 products,
+
+cut into 64 × 64 output tiles over K; tile (s + 1, m, n) waits for a counter of (s, m) to reach every column tile of
+row block m (epochs as in the kernel: launch e waits for e × goal). Program p runs tile p of every stage (grid = tiles
+per stage, static lists): time per stage is the chain's link, work included. Forms:
+
+- ``tl``: a ``@triton.jit`` loop as today's kernel runs a GEMM task: thread 0 polls ``ld.acquire.gpu``, CTA barrier,
+  the pointer K loop (cp.async, 3 stages, ``.cg`` for A), the split epilogue, CTA barrier, ``red.release.gpu``.
+- ``ws0``: Gluon, a 1-warp TMA loader, one MMA warpgroup (consumer), a 1-warp signaller; the loader starts a task only
+  once the previous task's release is done (serial, as ``tl``), polls, then issues the A and W tiles.
+- ``ws1``: the same, the loader starting the next task as soon as it has issued the current task's loads (the release
+  and the epilogue overlap the next task's wait).
+- ``ws2``: ``ws1`` with the weights of the task's first ``STAGES`` K steps issued before its wait: after the acquire
+  only A is still to come.
+
+``python -m bench.dag.ws_chain --out DIR`` (GPU): checks every form against a float64 chain on a launch after zeroing
+the activations (a missed dependency reads zeros), times back-to-back launches for two chain lengths and reports the
+cost per stage (the difference over the extra stages) with the traced split of one stage. Without a GPU,
+``python -m bench.dag.ws_chain --compile`` compiles the Gluon kernel for sm_90a and prints its resources (a CI test).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from bench.seqres.gluon_gemm import operand_ring
+from kernels.common import task_sync
+
+TILE = 64  # rows, columns and K step of every tile (host side)
+BM = tl.constexpr(TILE)
+BN = tl.constexpr(TILE)
+BK = tl.constexpr(TILE)
+
+# lane-parallel poll of one counter ($1) until >= $2, at most $3 polls; $0 = 1 on timeout
+_POLL = tl.constexpr("{ .reg .pred q; .reg .b32 v, n;\n\tmov.b32 $0, 0;\n\t" + task_sync._POLL_LOOP)
+_RELEASE_LANE0 = tl.constexpr("{ .reg .pred p; .reg .b32 t; mov.u32 t, %laneid; setp.eq.u32 p, t, 0;\n\t"
+                  "@p red.release.gpu.global.add.s32 [$1], 1; }\n\tmov.b32 $0, 0;")
+_FENCE_PROXY = tl.constexpr("fence.proxy.async.global;\n\tmov.b32 $0, 0;")
+_NOW = tl.constexpr("mov.u64 $0, %globaltimer;")
+
+
+@gluon.jit
+def _stamp(trace_ptr, idx, col: gl.constexpr, TRACE: gl.constexpr, lay: gl.constexpr):
+    if TRACE:
+        n: gl.constexpr = lay.warps_per_cta[0] * 32
+        o = gl.arange(0, n, layout=lay)
+        now = gl.inline_asm_elementwise(_NOW, "=l,r", [o], dtype=gl.int64, is_pure=False, pack=1)
+        gl.store(trace_ptr + idx * 4 + col + o * 0, now, mask=o == 0)
+
+
+@gluon.jit
+def _task(t, TPS, NTN):
+    """Task t: (stage, row block, column tile)."""
+    j = t % TPS
+    return t // TPS, j // NTN, j % NTN
+
+
+@gluon.jit
+def _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, step, row, col, nbytes: gl.constexpr, STAGES: gl.constexpr):
+    """Claim the ring slot of global K step ``step`` (once the consumer freed it), expect all four tiles' bytes on its
+    ready barrier and issue the weight tiles [row, col]; the A tiles follow on the same barrier."""
+    slot = step % STAGES
+    mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(slot), nbytes)
+    tma.async_copy_global_to_shared(whi_d, [row, col], ready.index(slot), w_hi.index(slot))
+    tma.async_copy_global_to_shared(wlo_d, [row, col], ready.index(slot), w_lo.index(slot))
+
+
+@gluon.jit
+def _loader(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, M,
+            K: gl.constexpr, goal, spin_limit, STAGES: gl.constexpr, MODE: gl.constexpr, TRACE: gl.constexpr):
+    ahi_d, alo_d, whi_d, wlo_d = descs
+    a_hi, a_lo, w_hi, w_lo = bufs
+    KT: gl.constexpr = K // BK
+    PRE: gl.constexpr = STAGES if STAGES < KT else KT
+    nbytes: gl.constexpr = 2 * ahi_d.block_type.nbytes + 2 * whi_d.block_type.nbytes
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=lay)
+    g = 0
+    i = 0
+    for t in range(pid, n_tasks, nprog):
+        s, m, n = _task(t, TPS, NTN)
+        if MODE == 0:  # serial: the previous task released first
+            if i > 0:
+                mbarrier.wait(sig_free.index((i - 1) % 2), ((i - 1) // 2) & 1)
+        if MODE == 2:  # the first steps' weights before the wait
+            for kk in gl.static_range(PRE):
+                _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, g + kk, s * K + kk * BK, n * BN, nbytes, STAGES)
+        if s > 0:
+            bad = gl.inline_asm_elementwise(_POLL, "=r,l,r,r", [ctr_ptr + (s - 1) * MB + m + lane * 0,
+                                                                goal + lane * 0, spin_limit + lane * 0],
+                                            dtype=gl.int32, is_pure=False, pack=1)
+            gl.atomic_add(err_ptr + lane * 0, bad, mask=(bad > 0) & (lane == 0))
+            gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+        _stamp(trace_ptr, t, 0, TRACE, lay)
+        for kk in range(KT):
+            slot = (g + kk) % STAGES
+            if (MODE != 2) | (kk >= PRE):
+                _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, g + kk, s * K + kk * BK, n * BN, nbytes, STAGES)
+            tma.async_copy_global_to_shared(ahi_d, [s * M + m * BM, kk * BK], ready.index(slot), a_hi.index(slot))
+            tma.async_copy_global_to_shared(alo_d, [s * M + m * BM, kk * BK], ready.index(slot), a_lo.index(slot))
+        g += KT
+        i += 1
+
+
+@gluon.jit
+def _consumer(bufs, ready, empty, done, sig_free, act_hi_ptr, act_lo_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, M,
+              K: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+    a_hi, a_lo, w_hi, w_lo = bufs
+    KT: gl.constexpr = K // BK
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BN, 16])
+    out: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // BN, BN // 8], [num_warps, 1], [1, 0])
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    lane = gl.arange(0, 32 * num_warps, layout=lay)
+    om = gl.arange(0, BM, layout=gl.SliceLayout(1, out))
+    on = gl.arange(0, BN, layout=gl.SliceLayout(0, out))
+    g = 0
+    i = 0
+    for t in range(pid, n_tasks, nprog):
+        s, m, n = _task(t, TPS, NTN)
+        acc = gl.zeros([BM, BN], gl.float32, layout=mma)
+        for kk in range(KT):
+            slot = g % STAGES
+            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+            if kk == 0:
+                _stamp(trace_ptr, t, 1, TRACE, lay)
+            acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
+            acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
+            acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+            acc = warpgroup_mma_wait(3, deps=(acc, ))
+            mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
+            g += 1
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        _stamp(trace_ptr, t, 2, TRACE, lay)
+        hi = acc.to(gl.bfloat16)
+        lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
+        hi = gl.convert_layout(hi, out)
+        lo = gl.convert_layout(lo, out)
+        offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+        gl.store(act_hi_ptr + offs, hi)
+        gl.store(act_lo_ptr + offs, lo)
+        gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+        # the signaller took task i - 2's turn of this slot
+        mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+        mbarrier.arrive(done.index(i % 2))
+        i += 1
+
+
+@gluon.jit
+def _signaller(done, sig_free, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, TRACE: gl.constexpr):
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=lay)
+    i = 0
+    for t in range(pid, n_tasks, nprog):
+        s, m, n = _task(t, TPS, NTN)
+        mbarrier.wait(done.index(i % 2), (i // 2) & 1)
+        gl.inline_asm_elementwise(_RELEASE_LANE0, "=r,l", [ctr_ptr + s * MB + m + lane * 0], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+        _stamp(trace_ptr, t, 3, TRACE, lay)
+        mbarrier.arrive(sig_free.index(i % 2))
+        i += 1
+
+
+@gluon.jit
+def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, ctr_ptr, err_ptr, trace_ptr, n_tasks, TPS, NTN, MB, M,
+             goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, TRACE: gl.constexpr,
+             num_warps: gl.constexpr):
+    a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    done = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    sig_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for q in gl.static_range(STAGES):
+        mbarrier.init(ready.index(q), count=1)
+        mbarrier.init(empty.index(q), count=1)
+    for q in gl.static_range(2):
+        mbarrier.init(done.index(q), count=1)
+        mbarrier.init(sig_free.index(q), count=1)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    bufs = (a_hi, a_lo, w_hi, w_lo)
+    gl.warp_specialize([
+        (_consumer, (bufs, ready, empty, done, sig_free, act_hi_ptr, act_lo_ptr, trace_ptr, pid, nprog, n_tasks, TPS,
+                     NTN, M, K, STAGES, TRACE, num_warps)),
+        (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, pid, nprog,
+                   n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, TRACE)),
+        (_signaller, (done, sig_free, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, TRACE)),
+    ], [1, 1], [40, 40])
+
+
+@triton.jit
+def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, ctr_ptr, err_ptr, n_tasks, TPS, NTN, MB, M, goal, spin_limit,
+             K: tl.constexpr, STAGES: tl.constexpr):
+    """The same chain as today's kernel runs a GEMM task (``kernels/dag/kernel.py``): wait, pointer K loop, split
+    epilogue, barrier, release."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(pid, n_tasks, nprog):
+        s = t // TPS
+        m = (t % TPS) // NTN
+        n = t % NTN
+        if s > 0:
+            bad = task_sync.wait_counter(ctr_ptr + (s - 1) * MB + m, goal, spin_limit, True)
+            if bad > 0:
+                tl.atomic_add(err_ptr, 1)
+        tl.debug_barrier()
+        a_off = (s * M + m * BM + rm)[:, None] * K + rk[None, :]
+        w_off = (s * K + rk)[:, None] * K + (n * BN + rn)[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        for kk in tl.range(0, K // BK, num_stages=STAGES):
+            k = tl.multiple_of(kk * BK, BK)
+            ah = tl.load(act_hi_ptr + a_off + k, cache_modifier=".cg")
+            al = tl.load(act_lo_ptr + a_off + k, cache_modifier=".cg")
+            wh = tl.load(w_hi_ptr + w_off + k * K)
+            wl = tl.load(w_lo_ptr + w_off + k * K)
+            acc = tl.dot(al, wh, acc)
+            acc = tl.dot(ah, wl, acc)
+            acc = tl.dot(ah, wh, acc)
+        hi = acc.to(tl.bfloat16)
+        lo = (acc - hi.to(tl.float32)).to(tl.bfloat16)
+        o_off = ((s + 1) * M + m * BM + rm)[:, None] * K + (n * BN + rn)[None, :]
+        tl.store(act_hi_ptr + o_off, hi)
+        tl.store(act_lo_ptr + o_off, lo)
+        tl.debug_barrier()
+        task_sync.signal_counter(ctr_ptr + s * MB + m, True)
+
+
+FORMS = ("tl", "ws0", "ws1", "ws2")
+
+
+class Chain:
+    """Operands of one chain (L stages of [M, K] · [K, K]) and a launcher per form."""
+
+    def __init__(self, L: int, M: int, K: int, seed: int = 0, device: str = "cuda", stages: int = 4):
+        import torch
+        assert M % TILE == 0 and K % TILE == 0, "M, K must be multiples of 64"
+        self.L, self.M, self.K, self.stages = L, M, K, stages
+        gen = torch.Generator().manual_seed(seed)
+        x0 = torch.randn(M, K, generator=gen, dtype=torch.float64)
+        w = torch.randn(L, K, K, generator=gen, dtype=torch.float64) / math.sqrt(K)
+        self.act_hi = torch.zeros((L + 1) * M, K, dtype=torch.bfloat16)
+        self.act_lo = torch.zeros_like(self.act_hi)
+        x0f = x0.float()
+        self.act_hi[:M] = x0f.bfloat16()
+        self.act_lo[:M] = (x0f - self.act_hi[:M].float()).bfloat16()
+        wf = w.float().reshape(L * K, K)
+        self.w_hi = wf.bfloat16()
+        self.w_lo = (wf - self.w_hi.float()).bfloat16()
+        # float64 reference from the split operands (what the kernel multiplies, up to a_lo·w_lo)
+        x = self.act_hi[:M].double() + self.act_lo[:M].double()
+        wd = (self.w_hi.double() + self.w_lo.double()).reshape(L, K, K)
+        for s in range(L):
+            x = x @ wd[s]
+        self.ref = x
+        to = dict(device=device)
+        self.act_hi, self.act_lo = self.act_hi.to(**to), self.act_lo.to(**to)
+        self.w_hi, self.w_lo = self.w_hi.to(**to), self.w_lo.to(**to)
+        self.MB, self.NTN = M // TILE, K // TILE
+        self.TPS = self.MB * self.NTN
+        self.n_tasks = L * self.TPS
+        self.ctr = torch.zeros(L * self.MB, dtype=torch.int32, device=device)
+        self.err = torch.zeros(1, dtype=torch.int32, device=device)
+        self.trace = torch.zeros(self.n_tasks, 4, dtype=torch.int64, device=device)
+        self.epoch = {}
+        self._descs = None
+
+    def descs(self):
+        if self._descs is None:
+            from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+            la = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+            lw = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+            a = [TensorDescriptor(t, list(t.shape), list(t.stride()), [TILE, TILE], la) for t in (self.act_hi, self.act_lo)]
+            w = [TensorDescriptor(t, list(t.shape), list(t.stride()), [TILE, TILE], lw) for t in (self.w_hi, self.w_lo)]
+            self._descs = (*a, *w)
+        return self._descs
+
+    def reset(self, zero_acts: bool = False):
+        self.ctr.zero_()
+        self.err.zero_()
+        self.epoch = 0
+        if zero_acts:
+            self.act_hi[self.M:].zero_()
+            self.act_lo[self.M:].zero_()
+
+    def launch(self, form: str, trace: bool = False, spin_limit: int = 2_000_000, grid: int = 0):
+        """One forward; ``grid`` programs (default: one per tile of a stage), program p running tasks p, p + grid, …"""
+        self.epoch += 1
+        goal = self.epoch * self.NTN
+        grid = (grid or self.TPS,)
+        if form == "tl":
+            chain_tl[grid](self.act_hi, self.act_lo, self.w_hi, self.w_lo, self.ctr, self.err, self.n_tasks, self.TPS,
+                           self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=3, num_warps=4)
+        else:
+            chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.ctr, self.err, self.trace, self.n_tasks,
+                           self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=self.stages,
+                           MODE=int(form[2]), TRACE=trace, num_warps=4)
+
+    def error(self) -> float:
+        """Max |out − ref| / max |ref| of the last stage."""
+        out = self.act_hi[self.L * self.M:].double() + self.act_lo[self.L * self.M:].double()
+        ref = self.ref.to(out.device)
+        return float((out - ref).abs().max() / ref.abs().max())
+
+
+def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int = 0) -> dict:
+    import torch
+    c = Chain(L, M, K)
+    grid = grid or c.TPS
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    if grid > n_sm:  # one CTA per SM (the Gluon form's shared memory): a program without an SM would deadlock
+        raise ValueError(f"ws_chain: grid {grid} > {n_sm} SMs; pass --grid <= {n_sm} or a smaller --M / --K")
+    c.reset(zero_acts=True)
+    t0 = time.time()
+    c.launch(form, grid=grid)
+    torch.cuda.synchronize()
+    compile_s = time.time() - t0
+    rec = dict(form=form, L=L, M=M, K=K, grid=grid, tasks=c.n_tasks, compile_s=round(compile_s, 1),
+               err_first=int(c.err.item()), rel_error=c.error())
+    for _ in range(3):
+        c.launch(form, grid=grid)
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        e0.record()
+        for _ in range(reps):
+            c.launch(form, grid=grid)
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1) * 1000 / reps)
+    rec["us_per_launch"] = sorted(times)[len(times) // 2]
+    rec["err"] = int(c.err.item())
+    if trace and form != "tl":
+        c.launch(form, trace=True, grid=grid)
+        torch.cuda.synchronize()
+        tr = c.trace.cpu().double()
+        t_start = tr[tr[:, 0] > 0].min().item() if (tr[:, 0] > 0).any() else tr.min().item()
+        per = []
+        for s in range(1, L):  # stage s, medians over its tasks (µs)
+            blk = tr[s * c.TPS:(s + 1) * c.TPS].reshape(c.MB, c.NTN, 4)
+            prev = tr[(s - 1) * c.TPS:s * c.TPS].reshape(c.MB, c.NTN, 4)
+            last = prev[:, :, 3].max(dim=1).values[:, None]  # row block m's last release of stage s − 1
+            per.append(dict(
+                stage=s,
+                link=float((blk[:, :, 0] - last).median() / 1000),  # that release → the dependency seen
+                data=float((blk[:, :, 1] - blk[:, :, 0]).median() / 1000),  # dependency seen → first slot ready
+                mma=float((blk[:, :, 2] - blk[:, :, 1]).median() / 1000),  # first slot → last MMA done
+                release=float((blk[:, :, 3] - blk[:, :, 2]).median() / 1000),  # → released (epilogue, stores, fence)
+                chain=float((blk[:, :, 3].max(dim=1).values[:, None] - last).median() / 1000)))  # release to release
+        rec["trace_stages"] = per
+        rec["trace_total_us"] = float((tr[:, 3].max() - t_start) / 1000)
+    return rec
+
+
+def compile_report(K: int = 1024, stages: int = 4) -> dict:
+    """Compile ``chain_ws`` (MODE 2) for sm_90a without a GPU; return warps, shared memory, wgmma / TMA counts."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+    t = torch.empty(1024, 1024, dtype=torch.bfloat16)
+    la = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+    lw = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+    descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], la)] * 2 + \
+        [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lw)] * 2
+    names = list(chain_ws.arg_names)
+    sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
+    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64")
+    sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
+    cex = dict(K=K, STAGES=stages, MODE=2, TRACE=False, num_warps=4)
+    sig.update({n: "constexpr" for n in cex})
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "M")}
+    src = GluonASTSource(chain_ws, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    ptx = k.asm["ptx"]
+    ws = dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
+              tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
+              acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
+              setmaxnreg=ptx.count("setmaxnreg"))
+    from triton.compiler import ASTSource
+    names = list(chain_tl.arg_names)
+    sig = {n: "*bf16" for n in ("act_hi_ptr", "act_lo_ptr", "w_hi_ptr", "w_lo_ptr")}
+    sig.update(ctr_ptr="*i32", err_ptr="*i32", K="constexpr", STAGES="constexpr")
+    sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
+    src = ASTSource(chain_tl, sig, constexprs={(names.index("K"),): K, (names.index("STAGES"),): 3},
+                    attrs={(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    ptx = k.asm["ptx"]
+    tlr = dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
+               cp_async=ptx.count("cp.async.cg.shared.global"), release=ptx.count("red.release.gpu"),
+               acquire=ptx.count("ld.acquire.gpu"))
+    return dict(ws=ws, tl=tlr)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="folder for ws_chain.json (GPU runs)")
+    ap.add_argument("--compile", action="store_true", help="compile for sm_90a without a GPU and print the resources")
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
+    ap.add_argument("--M", type=int, default=256)
+    ap.add_argument("--K", type=int, nargs="+", default=[1024, 512])
+    ap.add_argument("--L", type=int, nargs=2, default=[4, 16], help="two chain lengths: cost per stage = difference")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--grid", type=int, default=0, help="programs (default: one per tile of a stage)")
+    ap.add_argument("--trace", action="store_true")
+    a = ap.parse_args(argv)
+    if a.compile:
+        print(json.dumps(compile_report()), flush=True)
+        return
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("ws_chain: no CUDA device; without a GPU run `python -m bench.dag.ws_chain --compile`")
+    rows = []
+    for K in a.K:
+        for form in a.forms:
+            pair = []
+            for L in a.L:
+                try:
+                    r = measure(form, L, a.M, K, a.reps, a.trace and L == a.L[-1], a.grid)
+                except Exception as e:  # a form that fails to compile or run is reported, the others go on
+                    r = dict(form=form, L=L, M=a.M, K=K, error=f"{type(e).__name__}: {e}"[:400])
+                print(json.dumps({k: v for k, v in r.items() if k != "trace_stages"}), flush=True)
+                if r.get("trace_stages"):
+                    keys = ("link", "data", "mma", "release", "chain")
+                    med = {k: sorted(x[k] for x in r["trace_stages"])[len(r["trace_stages"]) // 2] for k in keys}
+                    print(f"   trace {form} K={K} L={L} (µs, median stage): "
+                          + " ".join(f"{k}={v:.2f}" for k, v in med.items()), flush=True)
+                pair.append(r)
+                rows.append(r)
+            if all("us_per_launch" in r for r in pair):
+                per = (pair[1]["us_per_launch"] - pair[0]["us_per_launch"]) / (a.L[1] - a.L[0])
+                rows.append(dict(form=form, K=K, M=a.M, grid=pair[0]["grid"], us_per_stage=per))
+                print(f"== {form} K={K}: {per:.2f} us per stage", flush=True)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        tmp = os.path.join(a.out, ".ws_chain.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(dict(rows=rows, device=torch.cuda.get_device_name()), f, indent=1)
+        os.replace(tmp, os.path.join(a.out, "ws_chain.json"))
+
+
+if __name__ == "__main__":
+    main()
