@@ -546,8 +546,8 @@ def test_interleave_probe_runs_its_sequences(tmp_path, capsys):
 
 
 def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
-    """``bench.dag.ws_chain`` (GPU only to run): the warp-specialized chain kernel and its `tl` twin compile for sm_90a
-    with what they are measured with: TMA loads and three wgmma per K step, one acquire poll and one release per task,
+    """``bench.dag.ws_chain`` (GPU only to run): the warp-specialized chain kernel (static lists and the ticket queue)
+    and its `tl` twin compile for sm_90a with what they are measured with: TMA loads and three wgmma per K step, one acquire poll and one release per task,
     the proxy fences between the generic stores and the TMA reads, and the loader's registers handed over."""
     import json
     import os
@@ -558,10 +558,12 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
                          env=env, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    ws, t = r["ws"], r["tl"]
-    assert ws["wgmma"] % 3 == 0 and ws["wgmma"] > 0 and ws["tma"] >= 4, ws
-    assert ws["acquire"] == 1 and ws["release"] == 1 and ws["proxy_fence"] == 2 and ws["setmaxnreg"] > 0, ws
-    assert ws["shared"] <= 232448, ws  # fits one H200 SM
+    t = r["tl"]
+    for ws in (r["ws"], r["ws_queue"]):
+        assert ws["wgmma"] % 3 == 0 and ws["wgmma"] > 0 and ws["tma"] >= 4, ws
+        assert ws["acquire"] == 1 and ws["release"] == 1 and ws["proxy_fence"] == 2 and ws["setmaxnreg"] > 0, ws
+        assert ws["shared"] <= 232448, ws  # fits one H200 SM
+    assert r["ws_queue"]["atomics"] > r["ws"]["atomics"], r  # the tickets
     assert t["wgmma"] % 3 == 0 and t["wgmma"] > 0 and t["cp_async"] > 0, t
     assert t["acquire"] == 1 and t["release"] == 1, t
 

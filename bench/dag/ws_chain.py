@@ -20,6 +20,9 @@ per stage, static lists): time per stage is the chain's link, work included. For
   and the epilogue overlap the next task's wait).
 - ``ws2``: ``ws1`` with the weights of the task's first ``STAGES`` K steps issued before its wait: after the acquire
   only A is still to come.
+- ``ws0q``, ``ws1q``, ``ws2q``: the same with the kernel's ticket queue in place of static lists: the loader takes
+  tickets from one atomic head (epochs: the head advances by every task and one empty ticket per program a launch)
+  and hands each task id to the consumer, which hands it to the signaller (2-slot rings in shared memory, mbarriers).
 
 ``python -m bench.dag.ws_chain --out DIR`` (GPU): checks every form against a float64 chain on a launch after zeroing
 the activations (a missed dependency reads zeros), times back-to-back launches for two chain lengths and reports the
@@ -84,8 +87,32 @@ def _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, step, row, col, nbytes: gl.c
 
 
 @gluon.jit
-def _loader(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, M,
-            K: gl.constexpr, goal, spin_limit, STAGES: gl.constexpr, MODE: gl.constexpr, TRACE: gl.constexpr):
+def _send(tids, full, free, i, t, lay: gl.constexpr):
+    """Hand task id t to the partition that waits on ``full``: turn i of the 2-slot ring (its slot free first)."""
+    mbarrier.wait(free.index(i % 2), ((i // 2) & 1) ^ 1)
+    tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
+    mbarrier.arrive(full.index(i % 2))
+
+
+@gluon.jit
+def _recv(tids, full, free, i, lay: gl.constexpr):
+    """The task id of turn i (``_send``), its slot handed back."""
+    mbarrier.wait(full.index(i % 2), (i // 2) & 1)
+    t = gl.max(tids.index(i % 2).load(lay), axis=0)
+    mbarrier.arrive(free.index(i % 2))
+    return t
+
+
+@gluon.jit
+def _ticket(head_ptr, base):
+    """The next task of the queue: one atomic ticket, less the tickets of earlier launches (epochs, as the kernel)."""
+    return gl.atomic_add(head_ptr, 1) - base
+
+
+@gluon.jit
+def _load_task(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, t, i, g, TPS, NTN, MB, M,
+               K: gl.constexpr, goal, spin_limit, STAGES: gl.constexpr, MODE: gl.constexpr, TRACE: gl.constexpr):
+    """The loader's part of task t (the program's i-th; its K steps start at global step g)."""
     ahi_d, alo_d, whi_d, wlo_d = descs
     a_hi, a_lo, w_hi, w_lo = bufs
     KT: gl.constexpr = K // BK
@@ -93,36 +120,63 @@ def _loader(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, pi
     nbytes: gl.constexpr = 2 * ahi_d.block_type.nbytes + 2 * whi_d.block_type.nbytes
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, 32, layout=lay)
-    g = 0
-    i = 0
-    for t in range(pid, n_tasks, nprog):
-        s, m, n = _task(t, TPS, NTN)
-        if MODE == 0:  # serial: the previous task released first
-            if i > 0:
-                mbarrier.wait(sig_free.index((i - 1) % 2), ((i - 1) // 2) & 1)
-        if MODE == 2:  # the first steps' weights before the wait
-            for kk in gl.static_range(PRE):
-                _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, g + kk, s * K + kk * BK, n * BN, nbytes, STAGES)
-        if s > 0:
-            bad = gl.inline_asm_elementwise(_POLL, "=r,l,r,r", [ctr_ptr + (s - 1) * MB + m + lane * 0,
-                                                                goal + lane * 0, spin_limit + lane * 0],
-                                            dtype=gl.int32, is_pure=False, pack=1)
-            gl.atomic_add(err_ptr + lane * 0, bad, mask=(bad > 0) & (lane == 0))
-            gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
-        _stamp(trace_ptr, t, 0, TRACE, lay)
-        for kk in range(KT):
-            slot = (g + kk) % STAGES
-            if (MODE != 2) | (kk >= PRE):
-                _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, g + kk, s * K + kk * BK, n * BN, nbytes, STAGES)
-            tma.async_copy_global_to_shared(ahi_d, [s * M + m * BM, kk * BK], ready.index(slot), a_hi.index(slot))
-            tma.async_copy_global_to_shared(alo_d, [s * M + m * BM, kk * BK], ready.index(slot), a_lo.index(slot))
-        g += KT
-        i += 1
+    s, m, n = _task(t, TPS, NTN)
+    if MODE == 0:  # serial: the previous task released first
+        if i > 0:
+            mbarrier.wait(sig_free.index((i - 1) % 2), ((i - 1) // 2) & 1)
+    if MODE == 2:  # the first steps' weights before the wait
+        for kk in gl.static_range(PRE):
+            _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, g + kk, s * K + kk * BK, n * BN, nbytes, STAGES)
+    if s > 0:
+        bad = gl.inline_asm_elementwise(_POLL, "=r,l,r,r", [ctr_ptr + (s - 1) * MB + m + lane * 0,
+                                                            goal + lane * 0, spin_limit + lane * 0],
+                                        dtype=gl.int32, is_pure=False, pack=1)
+        gl.atomic_add(err_ptr + lane * 0, bad, mask=(bad > 0) & (lane == 0))
+        gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+    _stamp(trace_ptr, t, 0, TRACE, lay)
+    for kk in range(KT):
+        slot = (g + kk) % STAGES
+        if (MODE != 2) | (kk >= PRE):
+            _load_w(whi_d, wlo_d, w_hi, w_lo, ready, empty, g + kk, s * K + kk * BK, n * BN, nbytes, STAGES)
+        tma.async_copy_global_to_shared(ahi_d, [s * M + m * BM, kk * BK], ready.index(slot), a_hi.index(slot))
+        tma.async_copy_global_to_shared(alo_d, [s * M + m * BM, kk * BK], ready.index(slot), a_lo.index(slot))
 
 
 @gluon.jit
-def _consumer(bufs, ready, empty, done, sig_free, act_hi_ptr, act_lo_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, M,
-              K: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr, head_ptr, base, pid, nprog,
+            n_tasks, TPS, NTN, MB, M, K: gl.constexpr, goal, spin_limit, STAGES: gl.constexpr, MODE: gl.constexpr,
+            QUEUE: gl.constexpr, TRACE: gl.constexpr):
+    KT: gl.constexpr = K // BK
+    g = 0
+    i = 0
+    if QUEUE:  # tickets of one atomic head; each task id handed to the consumer, -1 when the queue is empty
+        tids, tid_full, tid_free = tid_ring
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        t = _ticket(head_ptr, base)
+        while t < n_tasks:
+            _send(tids, tid_full, tid_free, i, t, lay)
+            _load_task(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, t, i, g, TPS, NTN, MB, M, K,
+                       goal, spin_limit, STAGES, MODE, TRACE)
+            g += KT
+            i += 1
+            if MODE == 0:  # serial: no ticket before the previous task's release
+                mbarrier.wait(sig_free.index((i - 1) % 2), ((i - 1) // 2) & 1)
+            t = _ticket(head_ptr, base)
+        _send(tids, tid_full, tid_free, i, -1, lay)
+    else:  # static lists: tasks pid, pid + grid, ...
+        for t in range(pid, n_tasks, nprog):
+            _load_task(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, t, i, g, TPS, NTN, MB, M, K,
+                       goal, spin_limit, STAGES, MODE, TRACE)
+            g += KT
+            i += 1
+
+
+@gluon.jit
+def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, t, i, g, TPS, NTN,
+                  M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, TRACE: gl.constexpr,
+                  num_warps: gl.constexpr):
+    """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
+    stores, the hand-over to the signaller."""
     a_hi, a_lo, w_hi, w_lo = bufs
     KT: gl.constexpr = K // BK
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -132,78 +186,130 @@ def _consumer(bufs, ready, empty, done, sig_free, act_hi_ptr, act_lo_ptr, trace_
     lane = gl.arange(0, 32 * num_warps, layout=lay)
     om = gl.arange(0, BM, layout=gl.SliceLayout(1, out))
     on = gl.arange(0, BN, layout=gl.SliceLayout(0, out))
+    s, m, n = _task(t, TPS, NTN)
+    acc = gl.zeros([BM, BN], gl.float32, layout=mma)
+    for kk in range(KT):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        if kk == 0:
+            _stamp(trace_ptr, t, 1, TRACE, lay)
+        acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+        acc = warpgroup_mma_wait(3, deps=(acc, ))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
+        g += 1
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    _stamp(trace_ptr, t, 2, TRACE, lay)
+    hi = acc.to(gl.bfloat16)
+    lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
+    hi = gl.convert_layout(hi, out)
+    lo = gl.convert_layout(lo, out)
+    offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+    gl.store(act_hi_ptr + offs, hi)
+    gl.store(act_lo_ptr + offs, lo)
+    gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+    # the signaller took task i - 2's turn of this slot
+    mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+    if QUEUE:
+        sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
+    mbarrier.arrive(done.index(i % 2))
+
+
+@gluon.jit
+def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, pid, nprog,
+              n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, TRACE: gl.constexpr,
+              num_warps: gl.constexpr):
+    KT: gl.constexpr = K // BK
     g = 0
     i = 0
-    for t in range(pid, n_tasks, nprog):
-        s, m, n = _task(t, TPS, NTN)
-        acc = gl.zeros([BM, BN], gl.float32, layout=mma)
-        for kk in range(KT):
-            slot = g % STAGES
-            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-            if kk == 0:
-                _stamp(trace_ptr, t, 1, TRACE, lay)
-            acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-            acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-            acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
-            acc = warpgroup_mma_wait(3, deps=(acc, ))
-            mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
-            g += 1
-        acc = warpgroup_mma_wait(0, deps=(acc, ))
-        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
-        _stamp(trace_ptr, t, 2, TRACE, lay)
-        hi = acc.to(gl.bfloat16)
-        lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
-        hi = gl.convert_layout(hi, out)
-        lo = gl.convert_layout(lo, out)
-        offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
-        gl.store(act_hi_ptr + offs, hi)
-        gl.store(act_lo_ptr + offs, lo)
-        gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
-        # the signaller took task i - 2's turn of this slot
+    if QUEUE:
+        tids, tid_full, tid_free = tid_ring
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        t = _recv(tids, tid_full, tid_free, 0, lay)
+        while t >= 0:
+            _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, t, i, g,
+                          TPS, NTN, M, K, STAGES, QUEUE, TRACE, num_warps)
+            g += KT
+            i += 1
+            t = _recv(tids, tid_full, tid_free, i, lay)
+        # the signaller's end
         mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+        sig_tids.index(i % 2).store(gl.full([1], -1, gl.int32, lay))
         mbarrier.arrive(done.index(i % 2))
-        i += 1
+    else:
+        for t in range(pid, n_tasks, nprog):
+            _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, t, i, g,
+                          TPS, NTN, M, K, STAGES, QUEUE, TRACE, num_warps)
+            g += KT
+            i += 1
 
 
 @gluon.jit
-def _signaller(done, sig_free, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, TRACE: gl.constexpr):
+def _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, 32, layout=lay)
-    i = 0
-    for t in range(pid, n_tasks, nprog):
-        s, m, n = _task(t, TPS, NTN)
-        mbarrier.wait(done.index(i % 2), (i // 2) & 1)
-        gl.inline_asm_elementwise(_RELEASE_LANE0, "=r,l", [ctr_ptr + s * MB + m + lane * 0], dtype=gl.int32,
-                                  is_pure=False, pack=1)
-        _stamp(trace_ptr, t, 3, TRACE, lay)
-        mbarrier.arrive(sig_free.index(i % 2))
-        i += 1
+    s, m, n = _task(t, TPS, NTN)
+    gl.inline_asm_elementwise(_RELEASE_LANE0, "=r,l", [ctr_ptr + s * MB + m + lane * 0], dtype=gl.int32,
+                              is_pure=False, pack=1)
+    _stamp(trace_ptr, t, 3, TRACE, lay)
+    mbarrier.arrive(sig_free.index(i % 2))
 
 
 @gluon.jit
-def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, ctr_ptr, err_ptr, trace_ptr, n_tasks, TPS, NTN, MB, M,
-             goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, TRACE: gl.constexpr,
-             num_warps: gl.constexpr):
+def _signaller(done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE: gl.constexpr,
+               TRACE: gl.constexpr):
+    i = 0
+    if QUEUE:
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        mbarrier.wait(done.index(0), 0)
+        t = gl.max(sig_tids.index(0).load(lay), axis=0)
+        while t >= 0:
+            _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE)
+            i += 1
+            mbarrier.wait(done.index(i % 2), (i // 2) & 1)
+            t = gl.max(sig_tids.index(i % 2).load(lay), axis=0)
+    else:
+        for t in range(pid, n_tasks, nprog):
+            mbarrier.wait(done.index(i % 2), (i // 2) & 1)
+            _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE)
+            i += 1
+
+
+@gluon.jit
+def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base, n_tasks,
+             TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
+             QUEUE: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
     a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     done = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sig_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    tid_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ids: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
+    sig_tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
     for q in gl.static_range(2):
         mbarrier.init(done.index(q), count=1)
         mbarrier.init(sig_free.index(q), count=1)
+        mbarrier.init(tid_full.index(q), count=1)
+        mbarrier.init(tid_free.index(q), count=1)
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     bufs = (a_hi, a_lo, w_hi, w_lo)
+    tid_ring = (tids, tid_full, tid_free)
     gl.warp_specialize([
-        (_consumer, (bufs, ready, empty, done, sig_free, act_hi_ptr, act_lo_ptr, trace_ptr, pid, nprog, n_tasks, TPS,
-                     NTN, M, K, STAGES, TRACE, num_warps)),
-        (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, pid, nprog,
-                   n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, TRACE)),
-        (_signaller, (done, sig_free, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, TRACE)),
+        (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, pid,
+                     nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, TRACE, num_warps)),
+        (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr,
+                   head_ptr, base, pid, nprog, n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, QUEUE,
+                   TRACE)),
+        (_signaller, (done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE, TRACE)),
     ], [1, 1], [40, 40])
 
 
@@ -247,7 +353,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, ctr_ptr, err_ptr, n_tas
         task_sync.signal_counter(ctr_ptr + s * MB + m, True)
 
 
-FORMS = ("tl", "ws0", "ws1", "ws2")
+FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q")
 
 
 class Chain:
@@ -282,6 +388,7 @@ class Chain:
         self.n_tasks = L * self.TPS
         self.ctr = torch.zeros(L * self.MB, dtype=torch.int32, device=device)
         self.err = torch.zeros(1, dtype=torch.int32, device=device)
+        self.head = torch.zeros(1, dtype=torch.int32, device=device)
         self.trace = torch.zeros(self.n_tasks, 4, dtype=torch.int64, device=device)
         self.epoch = {}
         self._descs = None
@@ -299,6 +406,7 @@ class Chain:
     def reset(self, zero_acts: bool = False):
         self.ctr.zero_()
         self.err.zero_()
+        self.head.zero_()
         self.epoch = 0
         if zero_acts:
             self.act_hi[self.M:].zero_()
@@ -313,9 +421,11 @@ class Chain:
             chain_tl[grid](self.act_hi, self.act_lo, self.w_hi, self.w_lo, self.ctr, self.err, self.n_tasks, self.TPS,
                            self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=3, num_warps=4)
         else:
-            chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.ctr, self.err, self.trace, self.n_tasks,
-                           self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=self.stages,
-                           MODE=int(form[2]), TRACE=trace, num_warps=4)
+            # the queue's head advances by every task and one empty ticket per program each launch
+            base = (self.epoch - 1) * (self.n_tasks + grid[0])
+            chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.ctr, self.err, self.trace, self.head, base,
+                           self.n_tasks, self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K,
+                           STAGES=self.stages, MODE=int(form[2]), QUEUE=form.endswith("q"), TRACE=trace, num_warps=4)
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
@@ -374,32 +484,37 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     return rec
 
 
-def compile_report(K: int = 1024, stages: int = 4) -> dict:
-    """Compile ``chain_ws`` (MODE 2) for sm_90a without a GPU; return warps, shared memory, wgmma / TMA counts."""
+def _compile_ws(queue: bool, K: int, stages: int) -> dict:
+    """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) for sm_90a without a GPU."""
     import torch
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
     t = torch.empty(1024, 1024, dtype=torch.bfloat16)
-    la = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
-    lw = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
-    descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], la)] * 2 + \
-        [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lw)] * 2
+    lay = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+    descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lay)] * 4
     names = list(chain_ws.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
-    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64")
-    sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
-    cex = dict(K=K, STAGES=stages, MODE=2, TRACE=False, num_warps=4)
+    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64",
+               head_ptr="*i32")
+    sig.update({n: "i32" for n in ("base", "n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
+    cex = dict(K=K, STAGES=stages, MODE=2, QUEUE=queue, TRACE=False, num_warps=4)
     sig.update({n: "constexpr" for n in cex})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "M")}
     src = GluonASTSource(chain_ws, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
     ptx = k.asm["ptx"]
-    ws = dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
-              tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
-              acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
-              setmaxnreg=ptx.count("setmaxnreg"))
+    return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
+                tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
+                acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
+                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"))
+
+
+def compile_report(K: int = 1024, stages: int = 4) -> dict:
+    """Compile ``chain_ws`` (MODE 2, static lists and the queue) and ``chain_tl`` for sm_90a without a GPU; return
+    warps, shared memory and the counts of the instructions they are measured with."""
+    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     names = list(chain_tl.arg_names)
     sig = {n: "*bf16" for n in ("act_hi_ptr", "act_lo_ptr", "w_hi_ptr", "w_lo_ptr")}
@@ -412,7 +527,7 @@ def compile_report(K: int = 1024, stages: int = 4) -> dict:
     tlr = dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
                cp_async=ptx.count("cp.async.cg.shared.global"), release=ptx.count("red.release.gpu"),
                acquire=ptx.count("ld.acquire.gpu"))
-    return dict(ws=ws, tl=tlr)
+    return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages), tl=tlr)
 
 
 def main(argv=None):
