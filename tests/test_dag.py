@@ -566,6 +566,10 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     assert r["ws_queue"]["atomics"] > r["ws"]["atomics"], r  # the tickets
     assert t["wgmma"] % 3 == 0 and t["wgmma"] > 0 and t["cp_async"] > 0, t
     assert t["acquire"] == 1 and t["release"] == 1, t
+    # the residual forms: the fp32 tile added with vector atomics (64 x 64 over 128 threads: 8 of 4 lanes), once
+    assert r["ws"]["f32_adds"] == r["ws_queue"]["f32_adds"] == t["f32_adds"] == 0, r
+    assert r["ws_queue_atomic"]["f32_adds"] == r["tl_atomic"]["f32_adds"] == 8, r
+    assert r["ws_queue_atomic"]["release"] == 1 and r["ws_queue_atomic"]["proxy_fence"] == 2, r
 
 
 def test_ws_chain_reference_is_the_split_operands_chain():
@@ -577,6 +581,8 @@ def test_ws_chain_reference_is_the_split_operands_chain():
     x = c.act_hi[:128].double() + c.act_lo[:128].double()
     w = (c.w_hi.double() + c.w_lo.double()).reshape(3, 128, 128)
     torch.testing.assert_close(c.ref, x @ w[0] @ w[1] @ w[2])
+    torch.testing.assert_close(c.ref_r, x @ w[0] + x @ w[0] @ w[1] + x @ w[0] @ w[1] @ w[2])  # the residual forms' R
+    assert float(c.r.abs().max()) == 0.0
     assert float((c.act_hi[128:].float()).abs().max()) == 0.0  # the stages' outputs start at zero
     with pytest.raises(AssertionError, match="multiples of 64"):
         Chain(L=1, M=100, K=128, device="cpu")

@@ -23,6 +23,10 @@ per stage, static lists): time per stage is the chain's link, work included. For
 - ``ws0q``, ``ws1q``, ``ws2q``: the same with the kernel's ticket queue in place of static lists: the loader takes
   tickets from one atomic head (epochs: the head advances by every task and one empty ticket per program a launch)
   and hands each task id to the consumer, which hands it to the signaller (2-slot rings in shared memory, mbarriers).
+- ``tla``, ``ws2a``, ``ws2qa``: ``tl``, ``ws2``, ``ws2q`` with the residual GEMMs' epilogue added to every task: the
+  fp32 tile also added into a residual R [M, K] with relaxed gpu-scope atomics (``red.global.add.f32``, as the
+  kernel's output projection and FFN2 do) before the release; R = X_1 + … + X_L is checked too. The difference to the
+  form without ``a`` is what the atomics cost on the chain beside the stores and the proxy fence.
 
 ``python -m bench.dag.ws_chain --out DIR`` (GPU): checks every form against a float64 chain on a launch after zeroing
 the activations (a missed dependency reads zeros), times back-to-back launches for two chain lengths and reports the
@@ -172,9 +176,9 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
 
 
 @gluon.jit
-def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, t, i, g, TPS, NTN,
-                  M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, TRACE: gl.constexpr,
-                  num_warps: gl.constexpr):
+def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
+                  TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
+                  TRACE: gl.constexpr, num_warps: gl.constexpr):
     """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
     stores, the hand-over to the signaller."""
     a_hi, a_lo, w_hi, w_lo = bufs
@@ -209,6 +213,9 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
     gl.store(act_hi_ptr + offs, hi)
     gl.store(act_lo_ptr + offs, lo)
+    if ATOMIC:  # the residual GEMMs' epilogue: R[tile] += acc
+        r_offs = (m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+        gl.atomic_add(r_ptr + r_offs, gl.convert_layout(acc, out), sem="relaxed", scope="gpu")
     gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
     # the signaller took task i - 2's turn of this slot
     mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
@@ -218,9 +225,9 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
 
 
 @gluon.jit
-def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, pid, nprog,
-              n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, TRACE: gl.constexpr,
-              num_warps: gl.constexpr):
+def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
+              nprog, n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr,
+              ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -229,8 +236,8 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
         t = _recv(tids, tid_full, tid_free, 0, lay)
         while t >= 0:
-            _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, t, i, g,
-                          TPS, NTN, M, K, STAGES, QUEUE, TRACE, num_warps)
+            _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps)
             g += KT
             i += 1
             t = _recv(tids, tid_full, tid_free, i, lay)
@@ -240,8 +247,8 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
         mbarrier.arrive(done.index(i % 2))
     else:
         for t in range(pid, n_tasks, nprog):
-            _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, t, i, g,
-                          TPS, NTN, M, K, STAGES, QUEUE, TRACE, num_warps)
+            _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps)
             g += KT
             i += 1
 
@@ -278,9 +285,9 @@ def _signaller(done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks
 
 
 @gluon.jit
-def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base, n_tasks,
-             TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
-             QUEUE: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
+             n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
+             QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
     a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -304,8 +311,8 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, ctr_ptr, err_pt
     bufs = (a_hi, a_lo, w_hi, w_lo)
     tid_ring = (tids, tid_full, tid_free)
     gl.warp_specialize([
-        (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, trace_ptr, pid,
-                     nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, TRACE, num_warps)),
+        (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr,
+                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps)),
         (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr,
                    head_ptr, base, pid, nprog, n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, QUEUE,
                    TRACE)),
@@ -314,8 +321,8 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, ctr_ptr, err_pt
 
 
 @triton.jit
-def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, ctr_ptr, err_ptr, n_tasks, TPS, NTN, MB, M, goal, spin_limit,
-             K: tl.constexpr, STAGES: tl.constexpr):
+def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr, n_tasks, TPS, NTN, MB, M, goal,
+             spin_limit, K: tl.constexpr, STAGES: tl.constexpr, ATOMIC: tl.constexpr):
     """The same chain as today's kernel runs a GEMM task (``kernels/dag/kernel.py``): wait, pointer K loop, split
     epilogue, barrier, release."""
     pid = tl.program_id(0)
@@ -349,11 +356,14 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, ctr_ptr, err_ptr, n_tas
         o_off = ((s + 1) * M + m * BM + rm)[:, None] * K + (n * BN + rn)[None, :]
         tl.store(act_hi_ptr + o_off, hi)
         tl.store(act_lo_ptr + o_off, lo)
+        if ATOMIC:  # the residual GEMMs' epilogue, as kernels/dag/kernel.py's _residual_epilogue
+            r_off = (m * BM + rm)[:, None] * K + (n * BN + rn)[None, :]
+            tl.atomic_add(r_ptr + r_off, acc, sem="relaxed", scope="gpu")
         tl.debug_barrier()
         task_sync.signal_counter(ctr_ptr + s * MB + m, True)
 
 
-FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q")
+FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa")
 
 
 class Chain:
@@ -377,15 +387,18 @@ class Chain:
         # float64 reference from the split operands (what the kernel multiplies, up to a_lo·w_lo)
         x = self.act_hi[:M].double() + self.act_lo[:M].double()
         wd = (self.w_hi.double() + self.w_lo.double()).reshape(L, K, K)
+        r = torch.zeros_like(x)
         for s in range(L):
             x = x @ wd[s]
-        self.ref = x
+            r += x
+        self.ref, self.ref_r = x, r
         to = dict(device=device)
         self.act_hi, self.act_lo = self.act_hi.to(**to), self.act_lo.to(**to)
         self.w_hi, self.w_lo = self.w_hi.to(**to), self.w_lo.to(**to)
         self.MB, self.NTN = M // TILE, K // TILE
         self.TPS = self.MB * self.NTN
         self.n_tasks = L * self.TPS
+        self.r = torch.zeros(M, K, dtype=torch.float32, device=device)  # the atomic forms' residual
         self.ctr = torch.zeros(L * self.MB, dtype=torch.int32, device=device)
         self.err = torch.zeros(1, dtype=torch.int32, device=device)
         self.head = torch.zeros(1, dtype=torch.int32, device=device)
@@ -411,27 +424,36 @@ class Chain:
         if zero_acts:
             self.act_hi[self.M:].zero_()
             self.act_lo[self.M:].zero_()
+            self.r.zero_()
 
     def launch(self, form: str, trace: bool = False, spin_limit: int = 2_000_000, grid: int = 0):
         """One forward; ``grid`` programs (default: one per tile of a stage), program p running tasks p, p + grid, …"""
         self.epoch += 1
         goal = self.epoch * self.NTN
         grid = (grid or self.TPS,)
-        if form == "tl":
-            chain_tl[grid](self.act_hi, self.act_lo, self.w_hi, self.w_lo, self.ctr, self.err, self.n_tasks, self.TPS,
-                           self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=3, num_warps=4)
+        atomic = form.endswith("a")
+        if form.startswith("tl"):
+            chain_tl[grid](self.act_hi, self.act_lo, self.w_hi, self.w_lo, self.r, self.ctr, self.err, self.n_tasks,
+                           self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=3, ATOMIC=atomic,
+                           num_warps=4)
         else:
             # the queue's head advances by every task and one empty ticket per program each launch
             base = (self.epoch - 1) * (self.n_tasks + grid[0])
-            chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.ctr, self.err, self.trace, self.head, base,
-                           self.n_tasks, self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K,
-                           STAGES=self.stages, MODE=int(form[2]), QUEUE=form.endswith("q"), TRACE=trace, num_warps=4)
+            chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.r, self.ctr, self.err, self.trace, self.head,
+                           base, self.n_tasks, self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K,
+                           STAGES=self.stages, MODE=int(form[2]), QUEUE="q" in form, ATOMIC=atomic, TRACE=trace,
+                           num_warps=4)
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
         out = self.act_hi[self.L * self.M:].double() + self.act_lo[self.L * self.M:].double()
         ref = self.ref.to(out.device)
         return float((out - ref).abs().max() / ref.abs().max())
+
+    def error_r(self) -> float:
+        """Max |R − ref| / max |ref| of the atomic forms' residual (after one launch from zero)."""
+        ref = self.ref_r.to(self.r.device)
+        return float((self.r.double() - ref).abs().max() / ref.abs().max())
 
 
 def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int = 0) -> dict:
@@ -448,6 +470,8 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     compile_s = time.time() - t0
     rec = dict(form=form, L=L, M=M, K=K, grid=grid, tasks=c.n_tasks, compile_s=round(compile_s, 1),
                err_first=int(c.err.item()), rel_error=c.error())
+    if form.endswith("a"):
+        rec["rel_error_r"] = c.error_r()
     for _ in range(3):
         c.launch(form, grid=grid)
     torch.cuda.synchronize()
@@ -462,7 +486,7 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
         times.append(e0.elapsed_time(e1) * 1000 / reps)
     rec["us_per_launch"] = sorted(times)[len(times) // 2]
     rec["err"] = int(c.err.item())
-    if trace and form != "tl":
+    if trace and not form.startswith("tl"):
         c.launch(form, trace=True, grid=grid)
         torch.cuda.synchronize()
         tr = c.trace.cpu().double()
@@ -484,7 +508,7 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     return rec
 
 
-def _compile_ws(queue: bool, K: int, stages: int) -> dict:
+def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False) -> dict:
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) for sm_90a without a GPU."""
     import torch
     from triton.backends.compiler import GPUTarget
@@ -496,38 +520,52 @@ def _compile_ws(queue: bool, K: int, stages: int) -> dict:
     descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lay)] * 4
     names = list(chain_ws.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
-    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64",
+    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64",
                head_ptr="*i32")
     sig.update({n: "i32" for n in ("base", "n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
-    cex = dict(K=K, STAGES=stages, MODE=2, QUEUE=queue, TRACE=False, num_warps=4)
+    cex = dict(K=K, STAGES=stages, MODE=2, QUEUE=queue, ATOMIC=atomic, TRACE=False, num_warps=4)
     sig.update({n: "constexpr" for n in cex})
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "M")}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
     src = GluonASTSource(chain_ws, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
     ptx = k.asm["ptx"]
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
                 tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
                 acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
-                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"))
+                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx))
 
 
-def compile_report(K: int = 1024, stages: int = 4) -> dict:
-    """Compile ``chain_ws`` (MODE 2, static lists and the queue) and ``chain_tl`` for sm_90a without a GPU; return
-    warps, shared memory and the counts of the instructions they are measured with."""
+def _f32_adds(ptx: str) -> int:
+    """fp32 atomic adds into global memory (``red`` or ``atom``, scalar or vector) in a PTX listing."""
+    return sum(1 for ln in ptx.splitlines() if (".global" in ln and ".add" in ln and "f32" in ln
+                                                 and ("red." in ln or "atom." in ln)))
+
+
+def _compile_tl(K: int, atomic: bool) -> dict:
+    """Compile ``chain_tl`` for sm_90a without a GPU."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     names = list(chain_tl.arg_names)
     sig = {n: "*bf16" for n in ("act_hi_ptr", "act_lo_ptr", "w_hi_ptr", "w_lo_ptr")}
-    sig.update(ctr_ptr="*i32", err_ptr="*i32", K="constexpr", STAGES="constexpr")
+    sig.update(r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", K="constexpr", STAGES="constexpr", ATOMIC="constexpr")
     sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
-    src = ASTSource(chain_tl, sig, constexprs={(names.index("K"),): K, (names.index("STAGES"),): 3},
+    cex = dict(K=K, STAGES=3, ATOMIC=atomic)
+    src = ASTSource(chain_tl, sig, constexprs={(names.index(k),): v for k, v in cex.items()},
                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
     ptx = k.asm["ptx"]
-    tlr = dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
-               cp_async=ptx.count("cp.async.cg.shared.global"), release=ptx.count("red.release.gpu"),
-               acquire=ptx.count("ld.acquire.gpu"))
-    return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages), tl=tlr)
+    return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
+                cp_async=ptx.count("cp.async.cg.shared.global"), release=ptx.count("red.release.gpu"),
+                acquire=ptx.count("ld.acquire.gpu"), f32_adds=_f32_adds(ptx))
+
+
+def compile_report(K: int = 1024, stages: int = 4) -> dict:
+    """Compile ``chain_ws`` (MODE 2: static lists, the queue, the queue with the residual atomics) and ``chain_tl``
+    (with and without the atomics) for sm_90a without a GPU; return warps, shared memory and the counts of the
+    instructions they are measured with."""
+    return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages),
+                ws_queue_atomic=_compile_ws(True, K, stages, atomic=True), tl=_compile_tl(K, False),
+                tl_atomic=_compile_tl(K, True))
 
 
 def main(argv=None):
