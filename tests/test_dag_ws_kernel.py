@@ -1,0 +1,243 @@
+"""``bench.dag.ws_dag`` (GPU only to run): the dag forward pass as one warp-specialized Gluon kernel.
+
+On the CPU: the kernel compiles for sm_90a on case 2's and case 12's meta with its protocol present (wgmma, TMA,
+the release, the acquire, the proxy fences, the registers handed over), it refuses the tilings it does not run, and
+the harness's checks (``kind_checks``, ``compare``, ``stall_report``) are right: on an emulated forward pass written
+into today's buffers they pass, and each names the kind or stage that is broken."""
+import json
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kernels import gate, load_case, make_input, make_weights, reference_forward
+from kernels.dag import graph as G
+from kernels.dag import host
+
+from bench.dag import ws_dag as W
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bench.dag.ws_dag", "--compile"], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")]
+    return {r["case"]: r for r in recs}
+
+
+@pytest.mark.parametrize("name", ["case02", "case12"])
+def test_ws_kernel_compiles_for_sm90_with_its_protocol(compiled, name):
+    """Three bf16 products per K step on wgmma (and two fp16 for FFN1's f16_w1), the attention's six products a key
+    block, TMA loads, one acquire poll and one release site, the proxy fences on both sides of the generic stores,
+    the split-K fp32 atomics, the workers' registers handed over; one CTA fits an H200 SM, no spills."""
+    r = compiled[name]
+    assert r["wgmma"] > 0 and r["wgmma"] % 4 == 0, r            # m64n64k16: four per 64-wide K step
+    assert r["tma"] >= 8, r
+    assert r["red_release"] >= 1 and r["ld_acquire"] >= 1, r
+    assert r["fence_proxy"] >= 2, r                               # the loader's after the acquire, the consumer's
+    assert r["f32_atomics"] > 0 and r["setmaxnreg"] > 0, r
+    assert r["mbarrier_wait"] > 0 and r["mbarrier_arrive"] > 0, r
+    assert r["warps"] == 8 and r["shared"] <= 232448, r           # 4 consumer warps + the workers' warpgroup
+    assert r["spill_stores"] in (0, None), r
+
+
+def _meta(case, **params):
+    o = host.check_params(params)
+    t = host.tiling_for(case, o, 264)
+    g = G.build(case, t, o["order"], 264)
+    _, width = host.task_table(g, goals=o["wait"] == "parallel")
+    return host.kernel_meta(case, t, g, o, 264, True, width)
+
+
+def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
+    c = load_case("case02")
+    m = W.ws_meta(_meta(c))
+    assert (m["D"], m["H"], m["STAGES"], m["GOALS_IN_ROW"], m["num_warps"]) == (1024, 16, 4, True, 4)
+    assert m["SCHEME_FFN1"] == "f16_w1" and m["SCHEME_QKV"] == "bf16x3"
+    assert W.ws_meta(_meta(c, wait="serial"))["GOALS_IN_ROW"] is False
+    with pytest.raises(W.WsUnsupported, match="block_n"):
+        W.ws_meta(_meta(c, block_n_qkv=128))
+    with pytest.raises(W.WsUnsupported, match="static"):
+        W.ws_meta(_meta(c, queue="static"))
+    with pytest.raises(W.WsUnsupported, match="stages"):
+        W.ws_meta(_meta(c), stages=5)
+    with pytest.raises(W.WsUnsupported, match="tiles are 64"):
+        W.ws_meta(_meta(load_case("smoke2")))                     # 32-row blocks, head dim 32
+    with pytest.raises(W.WsUnsupported, match="one CTA per SM"):
+        W.check_supported(_meta(c), grid=264, n_sm=132)
+
+
+# --- the harness's checks, on an emulated forward pass ----------------------------------------------------------
+
+def _split(v, scheme):
+    """float64 -> the kernel's hi / lo parts (bf16 or fp16, round to nearest each), held in fp32 (CPU buffers)."""
+    f = v.float()
+    dt = torch.bfloat16 if scheme == "bf16x3" else torch.float16
+    hi = f.to(dt).float()
+    return hi, (f - hi).to(dt).float()
+
+
+def _emulate(p, x):
+    """The forward pass in float64 on the kernel's operands (every A operand split as its producer splits it, the
+    prepared weight parts), written into today's buffers as the kernels leave them after a launch; returns y."""
+    c, T = p.case, p.tensors
+    B, S, D, H, L, dh = c.B, c.S, c.D, c.H, c.L, c.dh
+    M = B * S
+    sch = dict(ln1=p.meta["SCHEME_QKV"], att=p.meta["SCHEME_O"], ln2=p.meta["SCHEME_FFN1"], f=p.meta["SCHEME_FFN2"],
+               qkv="bf16x3")
+
+    def put(name, v, index=None):
+        hi, lo = _split(v, sch[name])
+        dst_hi, dst_lo = T[f"{name}_hi_ptr"], T[f"{name}_lo_ptr"]
+        if index is not None:
+            dst_hi, dst_lo = dst_hi[index], dst_lo[index]
+        dst_hi.copy_(hi.reshape(dst_hi.shape))
+        dst_lo.copy_(lo.reshape(dst_lo.shape))
+        return hi.double() + lo.double()
+
+    wq, wo, w1, w2 = (W._weight(p, "wqkv", 3 * D), W._weight(p, "wo", D), W._weight(p, "w1", 4 * D),
+                      W._weight(p, "w2", D))
+    r = x.double().reshape(M, D)
+    for l in range(L):
+        a = put("ln1", W._ln64(r, T["ln1w_ptr"][l].double(), T["ln1b_ptr"][l].double()))
+        qkv = put("qkv", (a @ wq[l] + T["bqkv_ptr"][l].double()).reshape(B, S, 3, H, dh).permute(2, 0, 3, 1, 4), l)
+        s = qkv[0] @ qkv[1].transpose(-1, -2) / math.sqrt(dh)
+        if c.causal:
+            s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+        o = put("att", (torch.softmax(s, -1) @ qkv[2]).permute(0, 2, 1, 3).reshape(M, D))
+        r = r + o @ wo[l] + T["bo_ptr"][l].double()
+        a2 = put("ln2", W._ln64(r, T["ln2w_ptr"][l].double(), T["ln2b_ptr"][l].double()))
+        h = a2 @ w1[l] + T["b1_ptr"][l].double()
+        h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+        f = put("f", h.reshape(M, 4, D).permute(1, 0, 2))          # [4, M, D]: column c in block c // D
+        r = r + f.permute(1, 0, 2).reshape(M, 4 * D) @ w2[l] + T["b2_ptr"][l].double()
+    T["r_ptr"].copy_(r.float())
+    return W._ln64(T["r_ptr"].double(), T["lnfw_ptr"].double(), T["lnfb_ptr"].double()).float().reshape(B, S, D)
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    c = load_case("smoke2")
+    w = make_weights(c)
+    p = host.prepare(c, w, tune="off")
+    x = make_input(c, 1.0, 0)
+    y = _emulate(p, x)
+    return c, w, p, x, y
+
+
+def test_emulation_is_the_model(emulated):
+    """The emulation (what the kind checks assume the buffers hold) passes the gate against the fp32 reference."""
+    c, w, p, x, y = emulated
+    assert gate(y, reference_forward(c, w, x)).passed
+
+
+def test_kind_checks_pass_the_emulated_buffers_and_name_a_broken_kind(emulated):
+    c, w, p, x, y = emulated
+    ok = W.kind_checks(p, x, y)
+    assert set(ok) == {"qkv", "attn", "ffn1", "lnf", "ffn2+ln2", "oproj+ln1"}
+    assert all(r["ok"] and r["rel"] < 1e-4 for r in ok.values()), ok
+    T = p.tensors
+    saved = {k: T[k].clone() for k in ("att_hi_ptr", "qkv_hi_ptr", "f_hi_ptr")}
+    try:
+        T["att_hi_ptr"][:, :8] *= 1.01                               # attention output of one head's columns
+        bad = W.kind_checks(p, x, y)
+        assert not bad["attn"]["ok"] and bad["qkv"]["ok"] and bad["ffn1"]["ok"] and bad["ffn2+ln2"]["ok"], bad
+        T["att_hi_ptr"].copy_(saved["att_hi_ptr"])
+        T["qkv_hi_ptr"][c.L - 1, 1, 0, 0, 3] += 1.0                  # one key of the last layer
+        bad = W.kind_checks(p, x, y)
+        assert not bad["qkv"]["ok"] and not bad["attn"]["ok"] and bad["ffn1"]["ok"], bad
+        T["qkv_hi_ptr"].copy_(saved["qkv_hi_ptr"])
+        T["f_hi_ptr"][2].zero_()                                     # a missing FFN1 column block
+        bad = W.kind_checks(p, x, y)
+        assert not bad["ffn1"]["ok"] and not bad["ffn2+ln2"]["ok"] and bad["qkv"]["ok"], bad
+        assert not W.kind_checks(p, x, y * 1.01)["lnf"]["ok"]
+    finally:
+        for k, v in saved.items():
+            T[k].copy_(v)
+
+
+def test_compare_and_zero_buffers(emulated):
+    c, w, p, x, y = emulated
+    a = W.snapshot(p)
+    assert set(a) == {"r", "ln1", "att", "ln2", "f"} | {f"{q}[l{l}]" for l in range(c.L) for q in "qkv"}
+    same = W.compare(a, a)
+    assert all(r["ok"] and r["bitwise_equal"] == 1.0 for r in same.values())
+    b = dict(a, ln2=a["ln2"] + 0.5)
+    assert [k for k, r in W.compare(b, a).items() if not r["ok"]] == ["ln2"]
+    W.zero_buffers(p)
+    assert all(float(v.abs().max()) == 0 for v in W.buffer_values(p).values())
+    assert float(p.tensors["ln1w_ptr"].abs().max()) > 0 and float(p.tensors["wqkv_hi_ptr"].abs().max()) > 0
+    _emulate(p, x)  # (the module's other tests read the buffers)
+
+
+def test_stall_report_names_the_stage_that_stopped():
+    """A launch that hangs is reported by the counters below epoch x goal: here every counter of layer 1's attention
+    stage and after it is short, so the report starts there and names the first task that waits for it."""
+    c = load_case("smoke2")
+    g = host.graph_for(c, n_programs=4)
+    e, grid = 3, 4
+    goals = torch.tensor(g.goals) * e
+    first = min(i for i, n in enumerate(g.counter_names) if n[:2] == ("attn", 1))
+    ctr = goals.clone()
+    stop = {i for i, n in enumerate(g.counter_names) if n[0] != "dummy" and (n[1] > 1 or (n[1] == 1 and n[0] in (
+        "attn", "o", "ln2", "f1", "f2")))}
+    for i in stop:
+        ctr[i] -= 1
+    ws = SimpleNamespace(p=SimpleNamespace(graph=g), epoch=e, n_tasks=len(g.tasks), grid=grid)
+    rep = W.stall_report(ws, ctr, (e - 1) * (len(g.tasks) + grid) + 17, torch.tensor([0, -1]))
+    assert rep["tickets_taken"] == 17 and rep["incomplete_counters"] == len(stop)
+    assert "attn[l1]" in rep["incomplete_by_stage"] and "qkv[l1]" not in rep["incomplete_by_stage"]
+    assert rep["first_incomplete"][0]["counter"][:2] == ["attn", 1], rep["first_incomplete"][0]
+    assert rep["first_incomplete"][0]["first_waiter"].startswith("oproj[l1]")
+    assert first in {i for i in stop}
+
+
+# --- the harness's plumbing (CPU stand-ins for the GPU parts) ---------------------------------------------------
+
+def test_gate_all_runs_the_spec_scales_and_seeds(emulated):
+    c, w, p, x, y = emulated
+    refs: dict = {}
+    g = W._gate_all(c, w, lambda xx: _emulate(p, xx), refs)
+    assert g["passed"] and len(g["runs"]) == len(refs) == 14 and g["worst_over_tol"] < 1, g
+    assert not W._gate_all(c, w, lambda xx: _emulate(p, xx) * 1.5, refs)["passed"]
+    _emulate(p, x)
+
+
+def test_profile_and_summary_of_records():
+    c = load_case("smoke2")
+    g = host.graph_for(c, n_programs=2)
+    n = len(g.tasks)
+    tr = torch.zeros(n, 5, dtype=torch.int64)
+    for i in range(n):  # one program after the other: ticket, wait done, task done, program / SM, work done
+        tr[i] = torch.tensor([1000 * i, 1000 * i + 100, 1000 * i + 900, (i % 2) << 16 | (i % 2), 1000 * i + 800])
+    prof = W._profile(SimpleNamespace(graph=g), tr, 2)
+    assert prof["grid"] == 2 and prof["sms"] == 2 and set(prof["kinds"]) == set(G.KINDS)
+    assert abs(prof["kinds"]["qkv"]["work_mean"] - 0.8) < 1e-9 and abs(prof["kinds"]["qkv"]["signal_mean"] - 0.1) < 1e-9
+    rec = dict(case="smoke2", form="ws", median_us=10.0, profile=prof, gate=dict(passed=True, worst_over_tol=0.5),
+               kind_checks={"qkv": dict(rel=1e-7, ok=True)}, buffers_vs_tl={"r": dict(rel_to_max=2e-7, ok=True),
+                                                                           "att": dict(rel_to_max=1e-6, ok=True)},
+               stall=dict(tickets_taken=3, tickets_per_launch=9, waits_timed_out=0, incomplete_by_stage={}))
+    s = W._summary(rec)
+    assert s["gate_passed"] and s["worst_buffer"] == "att" and s["kind_rel"] == {"qkv": 1e-7}
+    assert "profile" not in s and s["kernel_us_traced"] > 0 and s["stall"]["tickets_taken"] == 3
+    json.dumps(s)
+
+
+def test_run_child_collects_records_and_kills_a_stuck_case(tmp_path):
+    ok = [sys.executable, "-c",
+          "import json; print('hello'); print('@@REC ' + json.dumps({'case': 'c', 'form': 'ws'}))"]
+    got, rc = W._run_child(ok, 60)
+    assert rc == 0 and got == [{"case": "c", "form": "ws"}]
+    got, rc = W._run_child([sys.executable, "-c", "import time; print('@@REC {}', flush=True); time.sleep(30)"], 2)
+    assert got == [{}] and "killed" in str(rc)
+    W._write(str(tmp_path), [{"a": 1}], dict(device="cpu"))
+    assert json.loads((tmp_path / "ws_dag.json").read_text())["rows"] == [{"a": 1}]
+    assert not list(tmp_path.glob(".*.tmp"))
