@@ -49,6 +49,19 @@ def test_ws_kernel_compiles_for_sm90_with_its_protocol(compiled, name):
     assert r["spill_stores"] in (0, None), r
 
 
+@pytest.mark.parametrize("name", ["case02", "case12"])
+def test_ws_kernel_wgmma_not_serialized_and_no_spills(compiled, name):
+    """ptxas (``bench.common.sm90_report.ptxas_verbose`` on the kernel's PTX) neither serializes its wgmma nor spills.
+    Notes C7514 / C7515 mean that ptxas found a non-wgmma instruction defining a wgmma accumulator inside a pipeline
+    stage somewhere in the function and serialized EVERY wgmma of it; the draft had C7515 from its two GEMM K loops
+    (bf16x3 and f16_w1, both in these cases' kernels) started from ``gl.zeros`` accumulators (their exits merged)."""
+    r = compiled[name]
+    assert {"bf16x3", "f16_w1"} <= set(r["schemes"]), r          # both GEMM bodies in one function
+    assert r["registers"] is not None, r                          # ptxas ran
+    assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+
+
 def _meta(case, **params):
     o = host.check_params(params)
     t = host.tiling_for(case, o, 264)
@@ -241,3 +254,133 @@ def test_run_child_collects_records_and_kills_a_stuck_case(tmp_path):
     W._write(str(tmp_path), [{"a": 1}], dict(device="cpu"))
     assert json.loads((tmp_path / "ws_dag.json").read_text())["rows"] == [{"a": 1}]
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+# --- the direct launch (the JIT path's per-call work done once) --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def compiled_case02():
+    """The kernel compiled in this process for case 2's meta (Triton's cache: the ``compiled`` fixture's build) with
+    the buffers' dtypes and shapes."""
+    k, case, g, t, mw, dtypes, shapes = W.compile_case("2")
+    return k, mw, dtypes, shapes
+
+
+def test_direct_launch_passes_what_the_jit_path_passes(compiled_case02, monkeypatch):
+    """``DirectLaunch``'s argument list is, item for item, what triton 3.6's ``CudaLauncher`` hands its C launcher
+    on the JIT path (``wrap_handle_tensordesc`` expanding each descriptor by ``make_tensordesc_arg``, stubbed here:
+    it needs the driver), and it fits the launcher's ``PyArg_ParseTuple`` format (``make_launcher``'s source)."""
+    import re as _re
+    import triton.backends.nvidia.driver as nvd
+    k, mw, dtypes, shapes = compiled_case02
+    fake = {f"{n}_ptr": torch.empty(shapes[n], dtype=dtypes[n]) for n in shapes}
+    descs = W.descriptors(fake)
+    md = k.metadata
+    assert len(md.tensordesc_meta) == len(descs) == 18
+    encode = lambda d, m: [("map", tuple(d.shape), m["swizzle"]), *d.shape, *d.strides]   # noqa: E731
+    monkeypatch.setattr(nvd, "make_tensordesc_arg", encode)
+    assert set(W.CONSTEXPRS) == set(mw) and list(W.CONSTEXPRS)[-1] == "num_warps"
+    d = W.DirectLaunch(k, descs, [mw[n] for n in W.CONSTEXPRS], encode=encode, raw=lambda *a: None)
+    ptrs = list(range(16, 16 * (len(W.POINTERS) + len(W.CONTROL)) + 1, 16))
+    scalars = [6720, 3, 1000, 0.18]
+    got = []
+    signature = dict(k.src.signature)
+    jit = nvd.wrap_handle_tensordesc(lambda *a: got.extend(a), signature, md.tensordesc_meta)
+    assert W.unwrap_launcher(jit) is not None and W.unwrap_launcher(lambda: 0) is None
+    jit(132, 1, 1, 7, k.function, md.launch_cooperative_grid, md.launch_pdl, None, None, k.packed_metadata, None,
+        None, None, *descs, *ptrs, *scalars, *[mw[n] for n in W.CONSTEXPRS])
+    assert got[4:] == d.args(ptrs, scalars)
+    # the launcher's argument format (as CudaLauncher builds it): one item per argument, of the right kind
+    names = list(W.dag_ws_fwd.arg_names)
+    consts = {(names.index(n) if isinstance(n, str) else n[0],): v for n, v in k.src.constants.items()}
+    src = nvd.make_launcher(consts, signature, md.tensordesc_meta)
+    fmt = _re.search(r'PyArg_ParseTuple\(args, "([^"]+)"', src).group(1)
+    assert len(fmt) == 4 + len(d.args(ptrs, scalars)), (len(fmt), len(got))
+    for f, a in zip(fmt[4 + 9:], d.args(ptrs, scalars)[9:]):
+        assert f == "O" or (f in "iIlLkK" and isinstance(a, int)) or (f in "fd" and isinstance(a, float)), (f, a)
+
+
+def test_unwrap_launcher_finds_the_c_launch():
+    import triton.backends.nvidia.driver as nvd
+
+    def raw(*a):
+        return a
+    sig = {0: "tensordesc<bf16[64, 64]>", 1: "*fp32"}
+    assert W.unwrap_launcher(nvd.wrap_handle_tensordesc(raw, sig, None)) is raw
+    assert W.unwrap_launcher(nvd.wrap_handle_tensordesc(raw, {0: "*fp32"}, None)) is None   # no descriptor: raw
+
+
+class _Dev:
+    """A stand-in for a CUDA tensor: what ``WsDag.launch`` reads of x, y and the buffers."""
+    is_cuda = True
+    device = SimpleNamespace(index=0)
+
+    def __init__(self, ptr, dtype=torch.float32):
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_ws_launch_goes_direct_after_the_first_with_the_jit_arguments(compiled_case02, monkeypatch):
+    """``WsDag.launch``: the first launch through the JIT path (faked: its launcher records what it is handed, as
+    triton's ``wrap_handle_tensordesc`` expands it), later ones through ``DirectLaunch`` with the same arguments (the
+    scalars of their own launch); the JIT path for a misaligned x, with ``direct`` off or with a launch hook set;
+    the pointers re-read when a buffer is replaced."""
+    import triton
+    import triton.backends.nvidia.driver as nvd
+    k, mw, dtypes, shapes = compiled_case02
+    encode = lambda d, m: [("map", tuple(d.shape)), *d.shape, *d.strides]   # noqa: E731
+    monkeypatch.setattr(nvd, "make_tensordesc_arg", encode)
+    monkeypatch.setattr(triton.runtime.driver, "_active", SimpleNamespace(get_current_stream=lambda dev: 77))
+    calls = []
+    wrapped = nvd.wrap_handle_tensordesc(lambda *a: calls.append(("launcher", list(a))), dict(k.src.signature),
+                                         k.metadata.tensordesc_meta)
+    fake_k = SimpleNamespace(metadata=k.metadata, function=4242, packed_metadata=k.packed_metadata,
+                             run=SimpleNamespace(launch=wrapped))
+
+    class Jit:
+        def __getitem__(self, grid):
+            def run(*args, **meta):
+                assert meta == mw
+                vals = [a.data_ptr() if isinstance(a, _Dev) else a for a in args]
+                calls.append(("jit", None))
+                wrapped(grid[0], 1, 1, 77, 4242, False, False, None, None, k.packed_metadata, None, None, None,
+                        *vals, *[mw[n] for n in W.CONSTEXPRS])
+                return fake_k
+            return run
+    monkeypatch.setattr(W, "dag_ws_fwd", Jit())
+    fake = {f"{n}_ptr": torch.empty(shapes[n], dtype=dtypes[n]) for n in shapes}
+    ws = W.WsDag.__new__(W.WsDag)
+    bufs = iter(range(1 << 20, 1 << 30, 1 << 12))
+    ws.__dict__.update(grid=132, p=SimpleNamespace(qk_scale=0.125), meta=mw, descs=W.descriptors(fake),
+                       ptrs=[_Dev(next(bufs)) for _ in W.POINTERS[3:]], r=_Dev(next(bufs)), n_tasks=6720,
+                       spin_limit=1000, epoch=0, epoch_limit=10**6, err_seen=0, kernel=None, direct=True,
+                       direct_launch=None, direct_error=None, _ptr_objs=(), _ptr_vals=[],
+                       **{n: _Dev(next(bufs)) for n in ("tab", "ctr", "goal", "head", "err", "trace")})
+    x, y = _Dev(1 << 32), _Dev(1 << 33)
+    ws.launch(x, y)
+    assert [c[0] for c in calls] == ["jit", "launcher"] and ws.direct_launch is not None, ws.direct_error
+    first = calls[-1][1]
+    ws.launch(x, y, spin_limit=5)
+    assert calls[-1][0] == "launcher" and len(calls) == 3                       # direct: no JIT call
+    second = calls[-1][1]
+    n_desc = len(ws.direct_launch.desc_args)
+    scal = 13 + n_desc + len(W.POINTERS) + len(W.CONTROL)                        # n_tasks, epoch, spin_limit, scale
+    assert second[:scal] == first[:scal] and second[scal + 4:] == first[scal + 4:]
+    assert first[scal:scal + 4] == [6720, 1, 1000, 0.125] and second[scal:scal + 4] == [6720, 2, 5, 0.125]
+    ws.launch(_Dev((1 << 32) + 4), y)                                             # misaligned x: the JIT path
+    assert calls[-2][0] == "jit"
+    ws.direct = False
+    ws.launch(x, y)
+    assert calls[-2][0] == "jit"
+    ws.direct = True
+    ws.ctr = _Dev(next(bufs))                                                    # a replaced counter tensor
+    ws.launch(x, y)
+    assert calls[-1][0] == "launcher" and calls[-1][1][13 + n_desc + len(W.POINTERS) + 1] == ws.ctr.ptr
+    from triton import knobs
+    hooks = knobs.HookChain()
+    hooks.add(lambda md: None)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hooks)               # a profiler's hook: the JIT path
+    ws.launch(x, y)
+    assert calls[-2][0] == "jit"

@@ -209,6 +209,51 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 
 
 @gluon.jit
+def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
+                    zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
+                    mma: gl.constexpr, dot: gl.constexpr):
+    """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
+    order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
+    together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
+    landed (the caller waits on its ready barrier). ``q_empty`` is arrived on once the last q·kᵀ is done; a slot's k
+    is released after its q·kᵀ (``k_empty``), its v after its p·v (``v_empty``). KV_ONE_BARRIER: k and v of a slot
+    land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
+    Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
+    slot = g % STAGES
+    s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
+    s = warpgroup_mma_wait(0, deps=(s, ))
+    if not KV_ONE_BARRIER:
+        mbarrier.arrive(k_empty.index(slot))
+    mbarrier.arrive(q_empty, pred=nkv == 1)
+    m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot)
+    for j in range(1, nkv):
+        cur = (g + j) % STAGES
+        prev = (g + j - 1) % STAGES
+        mbarrier.wait(k_ready.index(cur), ((g + j) // STAGES) & 1)
+        s = _qk3(qh, ql, k_hi.index(cur), k_lo.index(cur), zero)
+        if not KV_ONE_BARRIER:
+            mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
+        acc = _pv3(p_hi, p_lo, v_hi.index(prev), v_lo.index(prev), acc)
+        s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
+        if not KV_ONE_BARRIER:
+            mbarrier.arrive(k_empty.index(cur))
+        mbarrier.arrive(q_empty, pred=j == nkv - 1)
+        m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot)
+        acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))  # block j - 1's p·v done
+        mbarrier.arrive(v_empty.index(prev))
+        acc = acc * alpha[:, None]
+        p_hi = pn_hi
+        p_lo = pn_lo
+    last = (g + nkv - 1) % STAGES
+    if not KV_ONE_BARRIER:
+        mbarrier.wait(v_ready.index(last), ((g + nkv - 1) // STAGES) & 1)
+    acc = _pv3(p_hi, p_lo, v_hi.index(last), v_lo.index(last), acc)
+    acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))
+    mbarrier.arrive(v_empty.index(last))
+    return acc, l_i
+
+
+@gluon.jit
 def _consumer(q_hi, q_lo, k_hi, k_lo, v_hi, v_lo, bars, o_hi_ptr, o_lo_ptr, trace_ptr, pid, nprog, n_tasks, qk_scale,
               B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
               QSLOTS: gl.constexpr, OVERLAP: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
@@ -237,36 +282,12 @@ def _consumer(q_hi, q_lo, k_hi, k_lo, v_hi, v_lo, bars, o_hi_ptr, o_lo_ptr, trac
         l_i = gl.zeros([BQ], gl.float32, layout=row_l)
         acc = gl.zeros([BQ, DH], gl.float32, layout=mma)
         if OVERLAP:
-            # key block 0: q·kᵀ and the softmax; its p·v goes out with block 1's q·kᵀ
-            slot = g % STAGES
-            mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
+            # key block 0: q·kᵀ and the softmax; its p·v goes out with block 1's q·kᵀ (``_overlap_blocks``)
+            mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
             _stamp(trace_ptr, t, 2, TRACE, lay)
-            s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
-            s = warpgroup_mma_wait(0, deps=(s, ))
-            mbarrier.arrive(k_empty.index(slot))
-            mbarrier.arrive(q_empty.index(qs), pred=nkv == 1)
-            m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot)
-            for j in range(1, nkv):
-                cur = (g + j) % STAGES
-                prev = (g + j - 1) % STAGES
-                mbarrier.wait(k_ready.index(cur), ((g + j) // STAGES) & 1)
-                s = _qk3(qh, ql, k_hi.index(cur), k_lo.index(cur), zero)
-                mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
-                acc = _pv3(p_hi, p_lo, v_hi.index(prev), v_lo.index(prev), acc)
-                s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
-                mbarrier.arrive(k_empty.index(cur))
-                mbarrier.arrive(q_empty.index(qs), pred=j == nkv - 1)
-                m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot)
-                acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))  # block j - 1's p·v done
-                mbarrier.arrive(v_empty.index(prev))
-                acc = acc * alpha[:, None]
-                p_hi = pn_hi
-                p_lo = pn_lo
-            last = (g + nkv - 1) % STAGES
-            mbarrier.wait(v_ready.index(last), ((g + nkv - 1) // STAGES) & 1)
-            acc = _pv3(p_hi, p_lo, v_hi.index(last), v_lo.index(last), acc)
-            acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))
-            mbarrier.arrive(v_empty.index(last))
+            acc, l_i = _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty,
+                                       q_empty.index(qs), g, nkv, qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, False,
+                                       mma, dot)
         else:  # _attn_block's order: q·kᵀ, wait, softmax, rescale, p·v, wait
             for j in range(nkv):
                 cur = (g + j) % STAGES

@@ -25,15 +25,17 @@ Three partitions (``gl.warp_specialize``):
   wgmma (bf16x3: ``a_lo·w_hi + a_hi·w_lo + a_hi·w_hi`` per K step, in that order, as ``kernels/common/tl_helpers
   .dot_split`` with today's default DOT_PREC; ``f16_w1``: A as fp16 hi/lo, the weight's one fp16 part (``host.
   _weight_parts``: hi = lo = the fp16 rounding), ``a_lo·w + a_hi·w``), the previous step's slot freed after
-  ``warpgroup_mma_wait(products)``; the epilogues of today's kernel with the same arithmetic (QKV: + bias, split
-  bf16, head-major store; FFN1: + bias, GELU (``log2poly`` with ``ex2.approx.ftz``, or ``erf``), split by FFN2's
-  scheme, stored into [4, M, D]; output projection / FFN2: + bias on K split 0, relaxed gpu-scope fp32 atomics into
-  r); LayerNorm rows as ``_ln_task`` (two-pass fp32 statistics; layer 0's LN1 also writes r = x); attention as
-  ``_attn_task`` (q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the k
-  tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
-  ``acc * alpha``; the online softmax in exp2 with ``qk_scale``). Then ``fence.proxy.async.global`` (its generic
-  stores are read by TMA elsewhere), a barrier of its 128 threads, and the task into a 2-slot ring to the signaller
-  (``done`` / ``sig_free`` mbarriers).
+  ``warpgroup_mma_wait(products)``, the first K step peeled (``_gemm_mma`` says why: ptxas serialized every wgmma of
+  the kernel, note C7515, when both schemes' loops started from ``gl.zeros``); the epilogues of today's kernel with
+  the same arithmetic (QKV: + bias, split bf16, head-major store; FFN1: + bias, GELU (``log2poly`` with
+  ``ex2.approx.ftz``, or ``erf``), split by FFN2's scheme, stored into [4, M, D]; output projection / FFN2: + bias on
+  K split 0, relaxed gpu-scope fp32 atomics into r); LayerNorm rows as ``_ln_task`` (two-pass fp32 statistics; layer
+  0's LN1 also writes r = x); attention as ``_attn_task`` on ``bench.dag.ws_attn``'s helpers (``_overlap_blocks``:
+  q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the k tile; p·v = p_lo·v_hi
+  + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into ``acc * alpha``; the online
+  softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block j − 1's p·v). Then
+  ``fence.proxy.async.global`` (its generic stores are read by TMA elsewhere), a barrier of its 128 threads, and the
+  task into a 2-slot ring to the signaller (``done`` / ``sig_free`` mbarriers).
 - **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then one ``red.release.gpu.add`` of 1 per
   counter the task signals (one lane per counter), and the trace stamps; the consumer meanwhile starts its next task.
 
@@ -73,14 +75,15 @@ Tiles are fixed: 64 × 64 GEMM tiles with 64-wide K steps, 64-row attention bloc
 12's tuned 64 × 128 tiling, ``queue: static``, more programs than SMs). The ring has ``STAGES`` (2–4, default 4)
 slots of four 8 KB tiles: 164 KB of shared memory with the q buffer and the epilogues' scratch, one CTA per SM.
 
-Not measured yet, and where it is simplest rather than fast (a first draft): the attention waits for q·kᵀ before
-the softmax and for p·v before the next block (no overlap of blocks); a task's hand-overs cost a few shared-memory
-round trips and CTA barriers; the loader handles LayerNorm tasks' waits serially with the rest; the launch is Gluon's
-JIT path (18 TMA descriptors encoded per call: ``host_us_per_launch`` in the timing says whether it is host-bound).
+Where it is simplest rather than fast (a draft): a task's hand-overs cost a few shared-memory round trips and CTA
+barriers; the loader handles LayerNorm tasks' waits serially with the rest. The launch: the first goes through
+Gluon's JIT path (it compiles); later ones through ``DirectLaunch``, Triton's launcher module called directly with
+the 18 TMA descriptors encoded once (the JIT path binds ~75 arguments and encodes every descriptor on each call:
+117–235 µs of host time a launch on the H200). The harness times both (``host_us_per_launch``; ``jit_path``).
 
 GPU harness (one process per case, so a hung or faulted kernel takes only its own case down):
 
-    python -m bench.dag.ws_dag --cases 2 3 4 12 --out DIR [--trace] [--stages 4] [--param name=value ...]
+    python -m bench.dag.ws_dag --cases 2 3 4 12 --out DIR [--trace] [--stages 4] [--jit-launch] [--param name=value ...]
 
 per case: ``prepare`` today's dag variant (``tune: off``: the defaults, so both kernels run one graph and one tiling;
 ``--param`` adds parameters for both), run today's kernel and the WS kernel on the same input after zeroing every
@@ -97,7 +100,8 @@ process exits. Without a GPU:
     python -m bench.dag.ws_dag --compile [--cases 2 12] [--stages 4] [--trace] [--param name=value ...]
 
 compiles for sm_90a (``GluonASTSource``, ``GPUTarget("cuda", 90, 32)``) on each case's meta and prints warps, shared
-memory, registers / spills (the bundled ptxas) and the counts of wgmma, TMA, ``red.release``, ``ld.acquire``,
+memory, registers / spills and whether ptxas serialized the wgmma (``wgmma_serialized``, notes C7514 / C7515: the
+bundled ptxas) and the counts of wgmma, TMA, ``red.release``, ``ld.acquire``,
 ``fence.proxy.async`` and the mbarrier operations (``tests/test_dag_ws_kernel.py``).
 """
 from __future__ import annotations
@@ -112,10 +116,12 @@ import sys
 import time
 
 import triton
+from triton import knobs
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from bench.dag.ws_attn import _overlap_blocks
 from kernels.common import task_sync
 
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
@@ -430,25 +436,40 @@ def _gelu_log2poly(x):
 
 
 @gluon.jit
+def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr):
+    """One K step's products of the scheme, issued asynchronously on ``acc`` in kernel.py's order (bf16x3: a_lo·w_hi,
+    a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w, a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False)."""
+    acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=not FIRST, is_async=True)
+    if SCHEME == "bf16x3":
+        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
+    return warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+
+
+@gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):
-    """acc [64, 64] fp32 of one GEMM task over its ``steps`` ring slots from global step g: per K step the scheme's
-    products issued asynchronously on one accumulator, in kernel.py's order (a_lo·w_hi, a_hi·w_lo, a_hi·w_hi; f16_w1
-    a_lo·w, a_hi·w), then a wait for the previous step's products, whose slot is freed. Returns (acc, g)."""
+    """acc [64, 64] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
+    scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
+    Returns (acc, g).
+
+    The first K step is peeled (its first product with a constexpr use_acc=False) rather than the loop running from
+    a ``gl.zeros`` accumulator with ``use_acc=kk != 0``: with both schemes' loops in one function LLVM merges their
+    exits into one ``wgmma.wait_group 0`` block, which the zero-trip edges also reach with the accumulator defined by
+    the zeros' ``mov`` — and ptxas then serializes every wgmma of the kernel (C7515). The products, their order and
+    their accumulator are the same (kk = 0 ignored the zeros)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
+    NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
     acc = gl.zeros([T64, T64], gl.float32, layout=mma)
-    for kk in range(steps):
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME)
+    acc = warpgroup_mma_wait(NP, deps=(acc, ))   # (nothing earlier in flight: the loop-carried type is a tensor)
+    g += 1
+    for kk in range(1, steps):
         slot = g % STAGES
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        if SCHEME == "bf16x3":
-            acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-            acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-            acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
-            acc = warpgroup_mma_wait(3, deps=(acc, ))
-        else:
-            acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-            acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
-            acc = warpgroup_mma_wait(2, deps=(acc, ))
-        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
+        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME)
+        acc = warpgroup_mma_wait(NP, deps=(acc, ))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
         g += 1
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
@@ -552,64 +573,40 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                STAGES: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
-    """kernel.py ``_attn_task`` / ``_attn_block``: online softmax over the key blocks (causal: up to the query
-    block); q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a transposed view of the k tile),
-    p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers (wgmma's register A operand), accumulated
-    into ``acc * alpha``; o = acc / l stored split (the output projection's scheme) into att [M, D]."""
+    """kernel.py ``_attn_task`` / ``_attn_block`` on ``bench.dag.ws_attn``'s Gluon helpers: the online softmax over
+    the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
+    that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
+    transposed view of the k tile), p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers (wgmma's
+    register A operand); o = acc / l stored split (the output projection's scheme) into att [M, D].
+    ``_overlap_blocks``' FA3 order: block j's q·kᵀ and block j − 1's p·v issued together, block j's softmax while
+    p·v of j − 1 runs, then acc · alpha_j; per block still acc_j = acc_{j−1} · alpha_j + p_j·v_j, the same operations
+    on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
+    alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
+    freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2)."""
     a_hi, a_lo, w_hi, w_lo = ring
     q_hi, q_lo = q_buf
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
-    col_l: gl.constexpr = gl.SliceLayout(0, mma)
     mbarrier.wait(q_ready, na & 1)
     if CAUSAL:
         kv_end = gl.minimum((qb + 1) * T64, S)
     else:
         kv_end = qb * 0 + S
     nkv = (kv_end + T64 - 1) // T64
-    offs_q = qb * T64 + gl.arange(0, T64, layout=row_l)
     m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
     l_i = gl.zeros([T64], gl.float32, layout=row_l)
     acc = gl.zeros([T64, T64], gl.float32, layout=mma)
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
-    for j in range(nkv):
-        slot = g % STAGES
-        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        kt_hi = a_hi.index(slot).permute((1, 0))
-        kt_lo = a_lo.index(slot).permute((1, 0))
-        s = warpgroup_mma(q_lo, kt_hi, zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_hi, kt_lo, s, is_async=True)
-        s = warpgroup_mma(q_hi, kt_hi, s, is_async=True)
-        s = warpgroup_mma_wait(0, deps=(s, ))
-        offs_k = j * T64 + gl.arange(0, T64, layout=col_l)
-        valid = (offs_k < S)[None, :] & (offs_q >= 0)[:, None]
-        if CAUSAL:
-            valid = valid & (offs_k[None, :] <= offs_q[:, None])
-        s = gl.where(valid, s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        p_hi = p.to(gl.bfloat16)
-        p_lo = (p - p_hi.to(gl.float32)).to(gl.bfloat16)
-        p_hi = gl.convert_layout(p_hi, dot_a)
-        p_lo = gl.convert_layout(p_lo, dot_a)
-        acc = acc * alpha[:, None]
-        acc = warpgroup_mma(p_lo, w_hi.index(slot), acc, is_async=True)
-        acc = warpgroup_mma(p_hi, w_lo.index(slot), acc, is_async=True)
-        acc = warpgroup_mma(p_hi, w_hi.index(slot), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc, ))
-        mbarrier.arrive(empty.index(slot))
-        m_i = m_new
-        g += 1
-    mbarrier.arrive(q_empty)
+    mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
+    acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
     qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
     _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
                  SCHEME_O, out)
-    return g
+    return g + nkv
 
 
 @gluon.jit
@@ -880,6 +877,9 @@ POINTERS = ("x_ptr", "y_ptr", "r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr",
             "att_lo_ptr", "ln2_hi_ptr", "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr", "ln1w_ptr", "ln1b_ptr", "bqkv_ptr",
             "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr")
 CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr")
+SCALARS = ("n_tasks", "epoch", "spin_limit", "qk_scale")
+CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + len(POINTERS) + len(CONTROL)
+                                        + len(SCALARS):])   # B … num_warps, in parameter order
 
 
 def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
@@ -906,6 +906,57 @@ def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=meta_ws["num_warps"]))
 
 
+def unwrap_launcher(launch):
+    """The launcher module's C ``launch`` under triton 3.6's ``CudaLauncher.launch``: with TensorDescriptor arguments
+    that is ``wrap_handle_tensordesc``'s closure, which encodes every descriptor into a CUtensorMap
+    (``make_tensordesc_arg``: ``cuTensorMapEncodeTiled``) on every call before calling it. None when ``launch`` is not
+    such a closure (another Triton: the caller keeps the JIT path)."""
+    code, cells = getattr(launch, "__code__", None), getattr(launch, "__closure__", None)
+    if code is None or not cells or "tensordesc_meta" not in code.co_freevars:
+        return None
+    raw = dict(zip(code.co_freevars, (c.cell_contents for c in cells))).get("launcher")
+    return raw if callable(raw) else None
+
+
+class DirectLaunch:
+    """A compiled ``dag_ws_fwd`` launched straight through Triton's launcher module: what the JIT path
+    (``dag_ws_fwd[grid](...)``) does per call, done once — binding and specializing ~75 arguments, the cache key, and
+    encoding the 18 TMA descriptors (``make_tensordesc_arg``) — leaving per call one C call with the descriptors'
+    CUtensorMaps (encoded once here: the descriptors are over ``DagPrepared``'s fixed buffers and weight slabs), the
+    pointers as ints (no ``data_ptr`` / ``cuPointerGetAttribute`` per pointer) and the scalars. Argument order and
+    expansion are ``wrap_handle_tensordesc``'s (a descriptor becomes its ``make_tensordesc_arg`` list; constexprs are
+    passed and ignored). ``encode`` / ``raw`` replace ``make_tensordesc_arg`` / the C launch (CPU tests)."""
+
+    def __init__(self, kernel, descs, constexprs: list, encode=None, raw=None):
+        md = kernel.metadata
+        if md.global_scratch_size or md.profile_scratch_size or md.num_ctas != 1:
+            raise WsUnsupported("ws_dag: the direct launch passes no scratch buffers and one CTA per program")
+        if encode is None:
+            from triton.backends.nvidia.driver import make_tensordesc_arg as encode
+        metas = getattr(md, "tensordesc_meta", None) or [None] * len(descs)
+        self.desc_args = [a for d, m in zip(descs, metas, strict=True) for a in encode(d, m)]
+        self.raw = raw if raw is not None else unwrap_launcher(kernel.run.launch)
+        if self.raw is None:
+            raise WsUnsupported("ws_dag: this Triton's launcher is not the one the direct launch unwraps")
+        self.head = (kernel.function, md.launch_cooperative_grid, md.launch_pdl, None, None, kernel.packed_metadata,
+                     None, None, None)   # function, cooperative, pdl, scratch x2, metadata, launch metadata, hooks
+        self.constexprs = list(constexprs)
+
+    def args(self, ptrs: list, scalars: list) -> list:
+        """The launcher's arguments after (grid x, y, z, stream): every kernel parameter in order, flattened."""
+        return [*self.head, *self.desc_args, *ptrs, *scalars, *self.constexprs]
+
+    def __call__(self, grid: int, stream: int, ptrs: list, scalars: list):
+        self.raw(grid, 1, 1, stream, *self.args(ptrs, scalars))
+
+
+def _no_launch_hooks() -> bool:
+    """No Triton launch enter / exit hook is set (a profiler's: the direct launch would skip it). Triton 3.6's
+    knobs hold them as ``HookChain``s, empty by default (the JIT path calls the empty chains on every launch)."""
+    return all(h is None or not getattr(h, "calls", True)
+               for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
+
+
 def _epoch_limit(goals: list, n_tasks: int, grid: int) -> int:
     """Launches before a counter (epoch x goal) or the head (epoch x (tasks + grid)) would pass int32 (host.py's)."""
     return (2**31 - 1) // max(max(goals), n_tasks + grid) - 1
@@ -917,7 +968,7 @@ class WsDag:
     dependency wait."""
 
     def __init__(self, p, stages: int = STAGES_DEFAULT, grid: int = 0, trace: bool = False,
-                 spin_limit: int | None = None):
+                 spin_limit: int | None = None, direct: bool = True):
         import torch
         dev = p.ctr.device
         if dev.type != "cuda":
@@ -943,6 +994,11 @@ class WsDag:
         self.epoch_limit = _epoch_limit(p.graph.goals, self.n_tasks, self.grid)
         self.err_seen = 0
         self.kernel = None
+        self.direct = direct          # launches after the first through ``DirectLaunch`` (False: the JIT path)
+        self.direct_launch = None     # DirectLaunch, built by the first launch (None: not possible; the JIT path)
+        self.direct_error = None      # why not, when it could not be built
+        self._ptr_objs = ()           # the tensors whose data_ptr ints the direct launch passes (rebuilt if replaced)
+        self._ptr_vals = []
 
     def args(self, x, y, spin_limit: int | None = None) -> list:
         return [*self.descs, x, y, self.r, *self.ptrs, self.tab, self.ctr, self.goal, self.head, self.err, self.trace,
@@ -950,16 +1006,44 @@ class WsDag:
                 self.p.qk_scale]
 
     def launch(self, x, y, spin_limit: int | None = None):
-        """One forward y = f(x) (the counters zeroed first only at the int32 wrap limit, as host.launch)."""
+        """One forward y = f(x) (the counters zeroed first only at the int32 wrap limit, as host.launch). The first
+        launch compiles through the JIT path; later ones go through ``DirectLaunch`` when ``direct`` (x and y CUDA
+        fp32 tensors of the first launch's dtypes and 16-byte alignment, which the kernel was specialized for; no
+        Triton launch hook set), else the JIT path again."""
         if self.epoch + 1 > self.epoch_limit:
             self.ctr.zero_()
             self.head.zero_()
             self.epoch = 0
         self.epoch += 1
+        d = self.direct_launch
+        if (d is not None and self.direct and x.is_cuda and y.is_cuda and x.dtype == y.dtype == self._xy_dtype
+                and _no_launch_hooks()):
+            xp, yp = x.data_ptr(), y.data_ptr()
+            if not (xp | yp) & 15:
+                d(self.grid, self._stream(self._dev), [xp, yp, *self._fixed_ptrs()],
+                  [self.n_tasks, self.epoch, self.spin_limit if spin_limit is None else spin_limit, self.p.qk_scale])
+                return self.kernel
         k = dag_ws_fwd[(self.grid,)](*self.args(x, y, spin_limit), **self.meta)
         if self.kernel is None:
             self.kernel = k
+            self._xy_dtype = x.dtype if x.dtype == y.dtype else None
+            self._dev = x.device.index
+            if self.direct and (x.data_ptr() | y.data_ptr()) & 15 == 0:
+                try:
+                    self.direct_launch = DirectLaunch(k, self.descs, [self.meta[n] for n in CONSTEXPRS])
+                    self._stream = triton.runtime.driver.active.get_current_stream
+                except (WsUnsupported, AttributeError, TypeError, ValueError) as e:
+                    self.direct_error = f"{type(e).__name__}: {e}"
         return k
+
+    def _fixed_ptrs(self) -> list:
+        """data_ptr ints of r, the other buffers and the control tensors (cached; rebuilt when one was replaced, as
+        the harness's traced instance takes the timed instance's counters)."""
+        objs = (self.r, *self.ptrs, self.tab, self.ctr, self.goal, self.head, self.err, self.trace)
+        if len(objs) != len(self._ptr_objs) or any(a is not b for a, b in zip(objs, self._ptr_objs)):
+            self._ptr_objs = objs
+            self._ptr_vals = [t.data_ptr() for t in objs]
+        return self._ptr_vals
 
     def check_shared(self) -> dict:
         """Shared memory of the compiled kernel against the device's per-block limit (one CTA per SM)."""
@@ -1222,7 +1306,7 @@ def run_case(case_id: str, args, recs: list) -> None:
     tl = dict(case=case.name, form="tl", tasks=len(p.graph.tasks), counters=p.graph.n_counters, grid=p.grid,
               prepare_s=round(time.time() - t0, 1), registers=p.info.get("registers"), shared=p.info.get("shared"))
     recs.append(tl)
-    ws = WsDag(p, stages=args.stages, grid=args.grid)
+    ws = WsDag(p, stages=args.stages, grid=args.grid, direct=not args.jit_launch)
     rec = dict(case=case.name, form="ws", tasks=len(p.graph.tasks), grid=ws.grid, stages=args.stages)
     recs.append(rec)
     x = make_input(case, 1.0, 0, device="cuda")
@@ -1247,6 +1331,7 @@ def run_case(case_id: str, args, recs: list) -> None:
                          "counters, read while it ran)", stall=stall)
         return
     rec.update(ws.check_shared())
+    rec["launch_path"] = "direct" if ws.direct_launch is not None else f"jit ({ws.direct_error or 'not built'})"
     try:
         ws.check()
     except WaitTimeout as e:
@@ -1259,6 +1344,13 @@ def run_case(case_id: str, args, recs: list) -> None:
     rec["mismatch"] = dict(buffers=[k for k, r in rec["buffers_vs_tl"].items() if not r["ok"]],
                            kinds=[k for k, r in rec["kind_checks"].items() if not r["ok"]])
     del ws_vals, tl_vals
+    if ws.direct_launch is not None:  # the direct launch on the same input (a wrong argument faults or hangs here)
+        y_d = torch.empty_like(x)
+        ws.launch(x, y_d, spin_limit=args.check_spin)
+        if finish_or_report(ws, args.hang_s) is not None:
+            raise RuntimeError("ws_dag: the first direct launch hung")
+        ws.check()
+        rec["direct_vs_jit"] = _diff(y_d.double(), y_ws.double())   # r's atomics: rounding order only
 
     # the gate, both forms
     refs: dict = {}
@@ -1283,9 +1375,17 @@ def run_case(case_id: str, args, recs: list) -> None:
         raise RuntimeError("ws_dag: a timed launch hung")
     ws.check()
     rec["speedup_vs_tl"] = tl["median_us"] / rec["median_us"]
+    # the same launches through Gluon's JIT path (what the direct launch saves the host)
+    ws.direct = False
+    jit = _time_us(lambda: ws.launch(x, y1), args.reps)
+    ws.direct = not args.jit_launch
+    if finish_or_report(ws, args.hang_s) is not None:
+        raise RuntimeError("ws_dag: a timed launch hung")
+    ws.check()
+    rec["jit_path"] = {k: jit[k] for k in ("median_us", "host_us_per_launch", "host_bound")}
 
     if args.trace:  # traced launches of each (host.task_profile's per-kind split of the last one)
-        tr = WsDag(p, stages=args.stages, grid=args.grid, trace=True)
+        tr = WsDag(p, stages=args.stages, grid=args.grid, trace=True, direct=not args.jit_launch)
         tr.ctr, tr.head, tr.epoch = ws.ctr, ws.head, ws.epoch   # continue the epochs of the timed kernel
         for _ in range(2):
             tr.launch(x, y1)
@@ -1392,38 +1492,44 @@ def _run_child(cmd: list, timeout_s: float) -> tuple[list, object]:
     return got, proc.wait(timeout=60)
 
 
-def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict | None = None,
-                   trace: bool = False) -> dict:
-    """Compile the WS kernel for sm_90a without a GPU for each case's meta (the graph ``prepare`` would build for
-    264 programs on an H200: today's defaults, tune off) and count the protocol's instructions in the PTX; ptxas -v
-    for registers and spills."""
+def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, trace: bool = False):
+    """``dag_ws_fwd`` compiled for sm_90a without a GPU on case ``cid``'s meta (the graph ``prepare`` would build for
+    264 programs on an H200: today's defaults, tune off). Returns (kernel, case, graph, tiling, ws meta, buffer
+    dtypes, buffer shapes) — ``compile_for_sm90``'s ``dtypes`` / ``shapes``."""
     import torch
     from kernels import load_case
     from kernels.dag import graph as G
     from kernels.dag import host
+    case = load_case(cid)
+    o = host.check_params(dict(params or {}))
+    t = host.tiling_for(case, o, 264)
+    g = G.build(case, t, o["order"], 264)
+    _, width = host.task_table(g, goals=o["wait"] == "parallel")
+    meta = host.kernel_meta(case, t, g, o, 264, True, width)
+    mw = ws_meta(meta, stages=stages, trace=trace)
+    M, D, L = case.tokens, case.D, case.L
+    dt = {"bf16x3": torch.bfloat16, "f16_w1": torch.float16}
+    dtypes, shapes = {}, {}
+    for n, sch, shp in (("ln1", t.scheme_qkv, (M, D)), ("att", t.scheme_o, (M, D)),
+                        ("ln2", t.scheme_ffn1, (M, D)), ("f", t.scheme_ffn2, (4, M, D)),
+                        ("qkv", "bf16x3", (L, 3, case.B, case.H, case.S, case.dh))):
+        for part in ("hi", "lo"):
+            dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], shp
+    for n, sch, N, K in (("wqkv", t.scheme_qkv, 3 * D, D), ("wo", t.scheme_o, D, D),
+                         ("w1", t.scheme_ffn1, 4 * D, D), ("w2", t.scheme_ffn2, D, 4 * D)):
+        for part in ("hi", "lo"):
+            dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], (L, N // TILE, K, TILE)
+    return compile_for_sm90(mw, dtypes, shapes), case, g, t, mw, dtypes, shapes
+
+
+def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict | None = None,
+                   trace: bool = False) -> dict:
+    """Compile the WS kernel for sm_90a without a GPU for each case's meta (``compile_case``) and count the
+    protocol's instructions in the PTX; ptxas -v for registers, spills and whether it serialized the wgmma."""
     out = {}
     for cid in cases:
-        case = load_case(cid)
-        o = host.check_params(dict(params or {}))
-        t = host.tiling_for(case, o, 264)
-        g = G.build(case, t, o["order"], 264)
-        _, width = host.task_table(g, goals=o["wait"] == "parallel")
-        meta = host.kernel_meta(case, t, g, o, 264, True, width)
-        mw = ws_meta(meta, stages=stages, trace=trace)
-        M, D, L = case.tokens, case.D, case.L
-        dt = {"bf16x3": torch.bfloat16, "f16_w1": torch.float16}
-        dtypes, shapes = {}, {}
-        for n, sch, shp in (("ln1", t.scheme_qkv, (M, D)), ("att", t.scheme_o, (M, D)),
-                            ("ln2", t.scheme_ffn1, (M, D)), ("f", t.scheme_ffn2, (4, M, D)),
-                            ("qkv", "bf16x3", (L, 3, case.B, case.H, case.S, case.dh))):
-            for part in ("hi", "lo"):
-                dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], shp
-        for n, sch, N, K in (("wqkv", t.scheme_qkv, 3 * D, D), ("wo", t.scheme_o, D, D),
-                             ("w1", t.scheme_ffn1, 4 * D, D), ("w2", t.scheme_ffn2, D, 4 * D)):
-            for part in ("hi", "lo"):
-                dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], (L, N // TILE, K, TILE)
         t0 = time.time()
-        k = compile_for_sm90(mw, dtypes, shapes)
+        k, case, g, t, mw, dtypes, shapes = compile_case(cid, stages, params, trace)
         ptx = k.asm["ptx"]
         rec = dict(case=case.name, compile_s=round(time.time() - t0, 1), warps=k.metadata.num_warps,
                    shared=k.metadata.shared, tasks=len(g.tasks), max_waits=g.max_waits, max_signals=g.max_signals,
@@ -1441,29 +1547,20 @@ def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict
 
 
 def _ptxas(ptx: str) -> dict:
-    """Registers and spills of the PTX for sm_90a by the bundled ptxas (-v); {} when it cannot run."""
-    import tempfile
-    from triton.backends.nvidia import compiler as nv
+    """Registers and spills of the PTX for sm_90a by the bundled ptxas (``bench.common.sm90_report.ptxas_verbose``),
+    and whether ptxas serialized the wgmma (its performance notes C7514 / C7515, which serialize every wgmma of the
+    function; ``wgmma_notes`` the codes it gave); {} when it cannot run."""
+    from bench.common.sm90_report import ptxas_verbose
     try:
-        exe = nv.get_ptxas().path if hasattr(nv, "get_ptxas") else None
-    except Exception:
-        exe = None
-    if exe is None:
-        exe = os.path.join(os.path.dirname(nv.__file__), "bin", "ptxas")
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "k.ptx")
-        with open(src, "w") as f:
-            f.write(ptx)
-        try:
-            res = subprocess.run([exe, "-v", "--gpu-name", "sm_90a", src, "-o", os.path.join(d, "k.cubin")],
-                                 capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired):
-            return {}
-    txt = res.stdout + res.stderr
+        txt = ptxas_verbose(ptx)
+    except (OSError, subprocess.SubprocessError):
+        return {}
     regs = re.search(r"Used (\d+) registers", txt)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", txt)
+    notes = sorted(set(re.findall(r"\((C751[45])\)", txt)))
     return dict(registers=int(regs.group(1)) if regs else None,
-                spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None)
+                spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
+                wgmma_serialized=bool(notes) if regs else None, wgmma_notes=notes)
 
 
 def main(argv=None):
@@ -1474,6 +1571,8 @@ def main(argv=None):
     ap.add_argument("--trace", action="store_true", help="also one traced launch of each form (task_profile)")
     ap.add_argument("--stages", type=int, default=STAGES_DEFAULT, help="ring slots (2-4)")
     ap.add_argument("--grid", type=int, default=0, help="WS programs (default: one per SM; at most the SM count)")
+    ap.add_argument("--jit-launch", action="store_true",
+                    help="every WS launch through Gluon's JIT path (default: the first; then DirectLaunch)")
     ap.add_argument("--param", nargs="*", default=[], help="name=value for prepare (both kernels), e.g. ctas_per_sm=1")
     ap.add_argument("--reps", type=int, default=20, help="back-to-back launches per timing round")
     ap.add_argument("--check-spin", type=int, default=200_000,
@@ -1505,6 +1604,8 @@ def main(argv=None):
                str(a.grid), "--reps", str(a.reps), "--check-spin", str(a.check_spin), "--hang-s", str(a.hang_s)]
         if a.trace:
             cmd.append("--trace")
+        if a.jit_launch:
+            cmd.append("--jit-launch")
         if a.param:
             cmd += ["--param", *a.param]
         got, rc = _run_child(cmd, a.case_timeout)
