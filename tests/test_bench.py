@@ -210,6 +210,22 @@ def test_sass_regions_sums_samples_by_instruction_class(tmp_path):
     assert "group barrier spin): 45.0%" in out  # the ULDC's 9 barrier samples, not the DEPBAR's 6
 
 
+def test_serialization_notes_reads_every_wgmma_serialization_note():
+    """ptxas's notes that serialize the wgmma (C7510 / C7514 / C7515 …) are read by code, other notes are not: the
+    ws_dag draft had C7515, which a check for C7514 alone passed."""
+    from bench.common.sm90_report import serialization_notes
+    from bench.seqres.aot_check import wgmma_serialized
+    txt = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+           "wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage "
+           "in the function 'k'\n"
+           "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to the "
+           "presence of Extern calls in the function 'k'\n"
+           "ptxas info    : (C7999) some other note about wgmma\nptxas info    : Used 168 registers\n")
+    assert serialization_notes(txt) == ["C7514", "C7515"]
+    assert wgmma_serialized(txt) and not wgmma_serialized("ptxas info    : Used 168 registers\n")
+    assert serialization_notes("") == []
+
+
 def test_wgmma_passes_keep_the_flat_loop_asynchronous_on_sm90():
     """The sm_90 compile runs Triton's OptimizeAccumulatorInit pass (``kernels.common.wgmma_passes``): the flat
     loop's first dot of a step takes the zero-accumulator predicate (a fourth operand in the TTGIR), and ptxas does

@@ -1,6 +1,8 @@
 """Resource report of a kernel compiled for sm_90 without a GPU (``triton.compile`` with an explicit target): the
-bundled ``ptxas -v`` (registers, spills) and whether ptxas serialized the wgmma instructions (note C7514). Used by
-``bench/seqres/aot_check.py`` and ``bench/dag/aot_check.py``."""
+bundled ``ptxas -v`` (registers, spills) and whether ptxas serialized the wgmma instructions (its performance notes
+C7510 / C7514 / C7515 …: a call inside a pipeline stage, an accumulator read or defined by another instruction before
+its wait; each serializes every wgmma of the function). Used by ``bench/seqres/aot_check.py``,
+``bench/dag/aot_check.py`` and the Gluon probes of ``bench/dag``."""
 from __future__ import annotations
 
 import os
@@ -23,6 +25,12 @@ def ptxas_verbose(ptx: str, arch: int = 90) -> str:
     return out.stdout + out.stderr
 
 
+def serialization_notes(ptxas_text: str) -> list[str]:
+    """The codes of ptxas's notes that serialized the wgmma (``(C75xx) Potential Performance Loss: wgmma.mma_async
+    instructions are serialized due to …``), sorted; [] when none."""
+    return sorted(set(re.findall(r"\((C\d{4})\)[^\n]*wgmma[^\n]*serialized", ptxas_text)))
+
+
 def report(kernel) -> dict:
     """registers, spill store/load bytes, shared memory, wgmma present / serialized, of Triton's compiled kernel."""
     ptx = kernel.asm.get("ptx", "")
@@ -33,4 +41,4 @@ def report(kernel) -> dict:
     return dict(registers=int(regs.group(1)) if regs else -1, spill_stores=int(st.group(1)) if st else -1,
                 spill_loads=int(ld.group(1)) if ld else -1, shared=kernel.metadata.shared,
                 wgmma=len(re.findall(r"wgmma\.mma_async", ptx)), mma_sync="mma.sync" in ptx,
-                wgmma_serialized="C7514" in txt)
+                wgmma_serialized=bool(serialization_notes(txt)), wgmma_notes=serialization_notes(txt))

@@ -13,6 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from bench.common.sm90_report import serialization_notes
 from kernels.cases import load_case
 from kernels.seqres.megakernel import _seqres_fwd
 
@@ -71,9 +72,10 @@ def ptxas_usage(txt: str) -> tuple[int, int]:
 
 
 def wgmma_serialized(ptxas_text: str) -> bool:
-    """ptxas's C7514 note: it serialized every wgmma of the kernel (each instruction waits for the previous one),
-    because something reads a wgmma accumulator before the wait for it (docs/seqres.md)."""
-    return "C7514" in ptxas_text
+    """ptxas serialized every wgmma of the kernel (each instruction waits for the previous one): its C7514 note when
+    something reads a wgmma accumulator before the wait for it (docs/seqres.md), or another of its serialization notes
+    (``sm90_report.serialization_notes``)."""
+    return bool(serialization_notes(ptxas_text))
 
 
 def sass_of(k) -> str:
