@@ -27,11 +27,53 @@ per stage, static lists): time per stage is the chain's link, work included. For
   fp32 tile also added into a residual R [M, K] with relaxed gpu-scope atomics (``red.global.add.f32``, as the
   kernel's output projection and FFN2 do) before the release; R = X_1 + … + X_L is checked too. The difference to the
   form without ``a`` is what the atomics cost on the chain beside the stores and the proxy fence.
+- ``ws2c``, ``ws2ca``: ``ws2``, ``ws2a`` with two consumer warpgroups per program running two tasks at the same time
+  (the tensor core, shared-memory bandwidth and L2 shared): ``chain_ws2c`` holds two copies of ``ws2``'s pipeline,
+  pipeline c ∈ {0, 1} a loader warp, consumer warpgroup c and a signaller warp, with its own ring (``--stages2c``
+  slots, default 3) and its own ``ready`` / ``empty`` / ``done`` / ``sig_free`` mbarriers. The program's static list
+  is the other forms' (pid, pid + grid, …, so a grid compares with the same grid of ``ws2``) taken alternately:
+  pipeline c runs its c-th, (c + 2)-th, … task; with grid = tiles per stage / 2, consumer c runs tile pid + c · grid
+  of every stage. One loader warp per consumer rather than one for both: a loader stays inside a task until it has
+  issued its last K step, i.e. until its consumer has freed all but STAGES slots of it, and it waits on the
+  task's dependency in between, so one loader would feed the second consumer only once the first is nearly done
+  (the tasks serialized again); a signaller per consumer so that neither release waits for the other task's
+  epilogue. Warps: consumer 0 is the default partition (4 warps), the workers consumer 1 (4 warps) and the four
+  1-warp partitions, which fill exactly one warpgroup (Triton pads worker warps to whole warpgroups: one shared
+  loader and signaller would take the same 4 warps' registers). 12 warps; Triton sets ``.maxnreg`` 168 (64K / 384
+  threads), then ``setmaxnreg`` 40 for the 1-warp group and ``WS2C_REGS`` = 232 for each consumer warpgroup
+  (the default partition gets the rest: 168 · 3 − 232 − 40 = 232): 2 · 128 · 232 + 128 · 40 = 64512 ≤ 65536.
+  Shared memory: two rings of 3 × 32 KB, two epilogue scratch buffers of 8 KB and the barriers: 213192 bytes
+  (208 KB, one CTA per SM); 4 slots each would need 256 KB. The traced split is the other forms' (each pipeline
+  stamps its own tasks): ``mma`` of ``ws2c`` is one task's MMA time while the other consumer's task shares the
+  tensor core.
+  Memory ordering: each pipeline is ``ws2``'s protocol unchanged (``bench/dag/ws_dag.py``'s module docstring, points
+  1–3): consumer c's stores and atomics, its ``fence.proxy.async.global``, its own named CTA barrier (Triton gives
+  the two consumer warpgroups different ``bar.sync`` ids) and elected arrive on ``done`` c, signaller c's wait on it
+  (CTA-scope release / acquire) and then its ``red.release.gpu``; a loader's lane-parallel ``ld.acquire.gpu`` poll,
+  then ``fence.proxy.async.global`` before its TMA. The pipelines share no barrier and no slot; a counter may be
+  released by both signallers of one CTA (``red.add`` is atomic, the goal counts every column tile once).
+  Deadlock freedom: within a pipeline, ``ws2``'s (its loader issues every load of a task before it waits for the
+  next task's dependency, the weight slots it claims early are freed by the K loops of tasks already handed over).
+  Across pipelines and programs: every pipeline runs its tasks in increasing stage; by induction on the stage, if
+  every task of stage s − 1 is released, every task of stage s has its dependency met and its pipeline's earlier
+  tasks (stage ≤ s) complete, so it completes too; no pipeline waits on the other pipeline's barriers, so one blocked
+  on a dependency never stops the other. As for the other Gluon forms, every program must be resident (grid ≤ SMs,
+  which ``measure`` checks; one CTA per SM by shared memory).
 
 ``python -m bench.dag.ws_chain --out DIR`` (GPU): checks every form against a float64 chain on a launch after zeroing
 the activations (a missed dependency reads zeros), times back-to-back launches for two chain lengths and reports the
 cost per stage (the difference over the extra stages) with the traced split of one stage. Without a GPU,
-``python -m bench.dag.ws_chain --compile`` compiles the Gluon kernel for sm_90a and prints its resources (a CI test).
+``python -m bench.dag.ws_chain --compile`` compiles the Gluon kernels for sm_90a and prints their resources, with
+ptxas's spills and wgmma serialization notes (a CI test).
+
+H200, K = 1024, M = 512 (128 tiles a stage), L 16 → 48, µs per stage: ``ws2`` 7.11 at grid 128 (one tile per
+program), 10.19 at grid 64 (two); ``ws2c`` 10.59 at grid 64 (3 slots per consumer), ``ws2`` with 3 slots 12.73 at
+grid 64; ``ws2a`` 11.95, ``ws2ca`` 11.96; at grid 128 ``ws2c`` (its consumers take alternate stages) 9.22, as ``ws2``
+with 3 slots (9.15). K = 512, M = 512 (64 tiles): ``ws2`` 4.29 at grid 64, 6.01 at grid 32, ``ws2c`` 6.16 at grid 32.
+The traced MMA of two concurrent tasks is 7.94 µs against 2 × 4.35 run
+one after the other: a 64 × 64 bf16x3 tile over K = 1024 (192 wgmma m64n64k16, both operands in shared memory) takes
+≈ 3.1 µs at the SM's tensor-core and shared-memory peak, so one consumer already runs its MMA at ≈ 70 % of it; two
+consumers hide the other task's link, epilogue and release, and lose about as much to the shallower rings.
 """
 from __future__ import annotations
 
@@ -39,6 +81,7 @@ import argparse
 import json
 import math
 import os
+import re
 import time
 
 import triton
@@ -285,25 +328,34 @@ def _signaller(done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks
 
 
 @gluon.jit
-def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
-             n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
-             QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
-    a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+def _pipe_barriers(STAGES: gl.constexpr):
+    """One pipeline's mbarriers, initialized: the ring's ``ready`` / ``empty`` (STAGES each) and the 2-slot hand-over
+    to the signaller (``done`` / ``sig_free``); every count 1 (one elected arrive or one ``expect``)."""
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     done = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sig_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    tid_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ids: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
-    sig_tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
     for q in gl.static_range(2):
         mbarrier.init(done.index(q), count=1)
         mbarrier.init(sig_free.index(q), count=1)
+    return ready, empty, done, sig_free
+
+
+@gluon.jit
+def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
+             n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
+             QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+    a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+    ready, empty, done, sig_free = _pipe_barriers(STAGES)
+    tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    tid_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ids: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
+    sig_tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
+    for q in gl.static_range(2):
         mbarrier.init(tid_full.index(q), count=1)
         mbarrier.init(tid_free.index(q), count=1)
     pid = gl.program_id(0)
@@ -318,6 +370,37 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
                    TRACE)),
         (_signaller, (done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE, TRACE)),
     ], [1, 1], [40, 40])
+
+
+WS2C_REGS = gl.constexpr(232)  # consumer 1's setmaxnreg; consumer 0, the default partition, gets as many (docstring)
+
+
+@gluon.jit
+def chain_ws2c(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, n_tasks, TPS,
+               NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, ATOMIC: gl.constexpr,
+               TRACE: gl.constexpr, num_warps: gl.constexpr):
+    """``ws2`` twice in one CTA: pipeline c (loader c, consumer warpgroup c, signaller c; its own ring of STAGES slots
+    and its own barriers) runs the c-th, (c + 2)-th, … task of the program's static list pid, pid + grid, …"""
+    descs = (ahi_d, alo_d, whi_d, wlo_d)
+    bufs0 = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+    bufs1 = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+    ready0, empty0, done0, free0 = _pipe_barriers(STAGES)
+    ready1, empty1, done1, free1 = _pipe_barriers(STAGES)
+    pid = gl.program_id(0)
+    step = 2 * gl.num_programs(0)  # the program's list with stride grid, taken alternately
+    p1 = pid + gl.num_programs(0)
+    gl.warp_specialize([
+        (_consumer, (bufs0, ready0, empty0, done0, free0, None, None, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
+                     step, n_tasks, TPS, NTN, M, K, STAGES, False, ATOMIC, TRACE, num_warps)),
+        (_consumer, (bufs1, ready1, empty1, done1, free1, None, None, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, p1,
+                     step, n_tasks, TPS, NTN, M, K, STAGES, False, ATOMIC, TRACE, num_warps)),
+        (_loader, (descs, bufs0, ready0, empty0, free0, None, ctr_ptr, err_ptr, trace_ptr, None, 0, pid, step, n_tasks,
+                   TPS, NTN, MB, M, K, goal, spin_limit, STAGES, 2, False, TRACE)),
+        (_loader, (descs, bufs1, ready1, empty1, free1, None, ctr_ptr, err_ptr, trace_ptr, None, 0, p1, step, n_tasks,
+                   TPS, NTN, MB, M, K, goal, spin_limit, STAGES, 2, False, TRACE)),
+        (_signaller, (done0, free0, None, ctr_ptr, trace_ptr, pid, step, n_tasks, TPS, NTN, MB, False, TRACE)),
+        (_signaller, (done1, free1, None, ctr_ptr, trace_ptr, p1, step, n_tasks, TPS, NTN, MB, False, TRACE)),
+    ], [num_warps, 1, 1, 1, 1], [WS2C_REGS, 40, 40, 40, 40])
 
 
 @triton.jit
@@ -363,16 +446,17 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
         task_sync.signal_counter(ctr_ptr + s * MB + m, True)
 
 
-FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa")
+FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca")
 
 
 class Chain:
     """Operands of one chain (L stages of [M, K] · [K, K]) and a launcher per form."""
 
-    def __init__(self, L: int, M: int, K: int, seed: int = 0, device: str = "cuda", stages: int = 4):
+    def __init__(self, L: int, M: int, K: int, seed: int = 0, device: str = "cuda", stages: int = 4,
+                 stages_2c: int = 3):
         import torch
         assert M % TILE == 0 and K % TILE == 0, "M, K must be multiples of 64"
-        self.L, self.M, self.K, self.stages = L, M, K, stages
+        self.L, self.M, self.K, self.stages, self.stages_2c = L, M, K, stages, stages_2c
         gen = torch.Generator().manual_seed(seed)
         x0 = torch.randn(M, K, generator=gen, dtype=torch.float64)
         w = torch.randn(L, K, K, generator=gen, dtype=torch.float64) / math.sqrt(K)
@@ -405,6 +489,7 @@ class Chain:
         self.trace = torch.zeros(self.n_tasks, 4, dtype=torch.int64, device=device)
         self.epoch = {}
         self._descs = None
+        self.kernel = None  # the last launch's compiled kernel (its shared memory is reported)
 
     def descs(self):
         if self._descs is None:
@@ -433,16 +518,21 @@ class Chain:
         grid = (grid or self.TPS,)
         atomic = form.endswith("a")
         if form.startswith("tl"):
-            chain_tl[grid](self.act_hi, self.act_lo, self.w_hi, self.w_lo, self.r, self.ctr, self.err, self.n_tasks,
-                           self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K, STAGES=3, ATOMIC=atomic,
-                           num_warps=4)
+            self.kernel = chain_tl[grid](self.act_hi, self.act_lo, self.w_hi, self.w_lo, self.r, self.ctr, self.err,
+                                         self.n_tasks, self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K,
+                                         STAGES=3, ATOMIC=atomic, num_warps=4)
+        elif form.startswith("ws2c"):  # two consumers: ``stages_2c`` ring slots each
+            self.kernel = chain_ws2c[grid](*self.descs(), self.act_hi, self.act_lo, self.r, self.ctr, self.err,
+                                           self.trace, self.n_tasks, self.TPS, self.NTN, self.MB, self.M, goal,
+                                           spin_limit, K=self.K, STAGES=self.stages_2c, ATOMIC=atomic, TRACE=trace,
+                                           num_warps=4)
         else:
             # the queue's head advances by every task and one empty ticket per program each launch
             base = (self.epoch - 1) * (self.n_tasks + grid[0])
-            chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.r, self.ctr, self.err, self.trace, self.head,
-                           base, self.n_tasks, self.TPS, self.NTN, self.MB, self.M, goal, spin_limit, K=self.K,
-                           STAGES=self.stages, MODE=int(form[2]), QUEUE="q" in form, ATOMIC=atomic, TRACE=trace,
-                           num_warps=4)
+            self.kernel = chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.r, self.ctr, self.err,
+                                         self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
+                                         self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
+                                         QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4)
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
@@ -456,9 +546,10 @@ class Chain:
         return float((self.r.double() - ref).abs().max() / ref.abs().max())
 
 
-def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int = 0) -> dict:
+def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int = 0, stages: int = 4,
+            stages_2c: int = 3) -> dict:
     import torch
-    c = Chain(L, M, K)
+    c = Chain(L, M, K, stages=stages, stages_2c=stages_2c)
     grid = grid or c.TPS
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
     if grid > n_sm:  # one CTA per SM (the Gluon form's shared memory): a program without an SM would deadlock
@@ -468,8 +559,11 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     c.launch(form, grid=grid)
     torch.cuda.synchronize()
     compile_s = time.time() - t0
-    rec = dict(form=form, L=L, M=M, K=K, grid=grid, tasks=c.n_tasks, compile_s=round(compile_s, 1),
-               err_first=int(c.err.item()), rel_error=c.error())
+    rec = dict(form=form, L=L, M=M, K=K, grid=grid, tasks=c.n_tasks, tiles_per_program=c.TPS / grid,
+               compile_s=round(compile_s, 1), err_first=int(c.err.item()), rel_error=c.error())
+    if not form.startswith("tl"):  # ring slots (per consumer for ws2c) and the shared memory they take
+        rec.update(stages=c.stages_2c if form.startswith("ws2c") else c.stages,
+                   shared=getattr(getattr(c.kernel, "metadata", None), "shared", None))
     if form.endswith("a"):
         rec["rel_error_r"] = c.error_r()
     for _ in range(3):
@@ -508,31 +602,40 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     return rec
 
 
-def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False) -> dict:
-    """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) for sm_90a without a GPU."""
+def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False) -> dict:
+    """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
+    slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
+    from bench.common import sm90_report
+    kern = chain_ws2c if two else chain_ws
     t = torch.empty(1024, 1024, dtype=torch.bfloat16)
     lay = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
     descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lay)] * 4
-    names = list(chain_ws.arg_names)
+    names = list(kern.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
-    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64",
-               head_ptr="*i32")
-    sig.update({n: "i32" for n in ("base", "n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
-    cex = dict(K=K, STAGES=stages, MODE=2, QUEUE=queue, ATOMIC=atomic, TRACE=False, num_warps=4)
+    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64")
+    sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
+    cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
+    if not two:
+        sig.update(head_ptr="*i32", base="i32")
+        cex.update(MODE=2, QUEUE=queue)
     sig.update({n: "constexpr" for n in cex})
+    sig = {n: sig[n] for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
-    src = GluonASTSource(chain_ws, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
+    src = GluonASTSource(kern, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
     ptx = k.asm["ptx"]
+    rep = sm90_report.report(k)
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
                 tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
                 acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
-                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx))
+                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
+                maxnreg=sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
+                **{key: rep[key] for key in ("spill_stores", "spill_loads", "wgmma_notes")})
 
 
 def _f32_adds(ptx: str) -> int:
@@ -559,12 +662,15 @@ def _compile_tl(K: int, atomic: bool) -> dict:
                 acquire=ptx.count("ld.acquire.gpu"), f32_adds=_f32_adds(ptx))
 
 
-def compile_report(K: int = 1024, stages: int = 4) -> dict:
-    """Compile ``chain_ws`` (MODE 2: static lists, the queue, the queue with the residual atomics) and ``chain_tl``
-    (with and without the atomics) for sm_90a without a GPU; return warps, shared memory and the counts of the
-    instructions they are measured with."""
+def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
+    """Compile ``chain_ws`` (MODE 2: static lists, the queue, the queue with the residual atomics; ``ws_s2c``: static
+    lists with ``stages_2c`` slots, ``ws2c``'s one pipeline), ``chain_ws2c`` (with and without the atomics) and
+    ``chain_tl`` (with and without the atomics) for sm_90a without a GPU; return warps, shared memory, the counts of
+    the instructions they are measured with and (Gluon) ptxas's spills and wgmma serialization notes."""
     return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages),
-                ws_queue_atomic=_compile_ws(True, K, stages, atomic=True), tl=_compile_tl(K, False),
+                ws_queue_atomic=_compile_ws(True, K, stages, atomic=True), ws_s2c=_compile_ws(False, K, stages_2c),
+                ws2c=_compile_ws(False, K, stages_2c, two=True),
+                ws2c_atomic=_compile_ws(False, K, stages_2c, atomic=True, two=True), tl=_compile_tl(K, False),
                 tl_atomic=_compile_tl(K, True))
 
 
@@ -579,9 +685,11 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--grid", type=int, default=0, help="programs (default: one per tile of a stage)")
     ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--stages", type=int, default=4, help="ring slots of the one-consumer Gluon forms (2-4)")
+    ap.add_argument("--stages2c", type=int, default=3, help="ring slots per consumer of ws2c / ws2ca (2 or 3)")
     a = ap.parse_args(argv)
     if a.compile:
-        print(json.dumps(compile_report()), flush=True)
+        print(json.dumps(compile_report(stages=a.stages, stages_2c=a.stages2c)), flush=True)
         return
     import torch
     if not torch.cuda.is_available():
@@ -592,7 +700,8 @@ def main(argv=None):
             pair = []
             for L in a.L:
                 try:
-                    r = measure(form, L, a.M, K, a.reps, a.trace and L == a.L[-1], a.grid)
+                    r = measure(form, L, a.M, K, a.reps, a.trace and L == a.L[-1], a.grid, a.stages,
+                                a.stages2c)
                 except Exception as e:  # a form that fails to compile or run is reported, the others go on
                     r = dict(form=form, L=L, M=a.M, K=K, error=f"{type(e).__name__}: {e}"[:400])
                 print(json.dumps({k: v for k, v in r.items() if k != "trace_stages"}), flush=True)
@@ -605,8 +714,10 @@ def main(argv=None):
                 rows.append(r)
             if all("us_per_launch" in r for r in pair):
                 per = (pair[1]["us_per_launch"] - pair[0]["us_per_launch"]) / (a.L[1] - a.L[0])
-                rows.append(dict(form=form, K=K, M=a.M, grid=pair[0]["grid"], us_per_stage=per))
-                print(f"== {form} K={K}: {per:.2f} us per stage", flush=True)
+                rows.append(dict(form=form, K=K, M=a.M, grid=pair[0]["grid"],
+                                 tiles_per_program=pair[0]["tiles_per_program"], us_per_stage=per))
+                print(f"== {form} K={K} grid={pair[0]['grid']} ({pair[0]['tiles_per_program']:g} tiles per program "
+                      f"a stage): {per:.2f} us per stage", flush=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         tmp = os.path.join(a.out, ".ws_chain.json.tmp")
