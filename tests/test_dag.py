@@ -5,6 +5,7 @@ import torch
 from kernels import Case, Unsupported, gate, get_variant, load_case, make_input, make_weights, reference_forward
 from kernels.dag import graph as G
 from kernels.dag import host, sim
+from kernels.validate import ParameterError
 
 from conftest import SCALES, SEEDS
 
@@ -313,6 +314,88 @@ def test_bad_parameters_name_the_parameter_and_allowed_values():
         host.prepare(c, w, grid=2, ctas_per_sm=1)
     with pytest.raises(ValueError, match="block_m_ln"):
         host.prepare(c, w, block_m_ln=24)
+
+
+def test_form_and_ws_stages_are_validated_naming_the_allowed_values():
+    c = load_case("smoke2")
+    w = make_weights(c)
+    assert host.DEFAULTS["form"] == "tl" and host.DEFAULTS["ws_stages"] == 4   # config/variant/dag.yaml
+    with pytest.raises(ValueError, match=r"form='wx'.*'tl', 'ws'"):
+        host.prepare(c, w, form="wx")
+    with pytest.raises(ValueError, match="ws_stages=5: 2, 3 or 4"):
+        host.prepare(c, w, ws_stages=5)
+    with pytest.raises(ValueError, match="ws_stages"):
+        host.check_params(dict(ws_stages="4"))
+
+
+@pytest.mark.parametrize("param, value", [("block_n_qkv", 128), ("block_n_ffn2", 32), ("block_m", 32),
+                                          ("block_k", 128), ("block_q", 32), ("block_kv", 32), ("queue", "static")])
+def test_form_ws_refuses_a_parameter_it_does_not_run_naming_it_and_the_fix(param, value):
+    """Checked from the parameters alone, before the device: the CPU names the configuration error too."""
+    c = load_case("smoke2")
+    with pytest.raises(ParameterError, match=f"form ws needs {param}:? .*got {value!r}.*set form: tl or {param}: "):
+        host.prepare(c, make_weights(c), form="ws", **{param: value})
+
+
+def test_form_ws_on_the_cpu_is_unsupported_saying_why():
+    """Gluon has no interpreter: on the CPU (and under TRITON_INTERPRET=1) form ws is Unsupported, naming the form
+    that runs there; so are GPUs other than sm_90."""
+    c = load_case("smoke2")
+    with pytest.raises(Unsupported, match="form ws is the warp-specialized Gluon kernel.*sm_90.*Gluon has no "
+                                          "interpreter.*use form: tl"):
+        host.prepare(c, make_weights(c), form="ws")
+
+
+def test_form_ws_refuses_a_gpu_that_is_not_sm90(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(Unsupported, match="needs an sm_90.*A100-SXM4-80GB is sm_80.*use form: tl"):
+        host._check_ws_device(torch.device("cuda"), True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    host._check_ws_device(torch.device("cuda"), True)
+
+
+def test_launch_runs_form_ws_with_the_prepared_bookkeeping():
+    """``launch`` dispatches on the form: form ws's runner (a stand-in: the kernel needs an sm_90 GPU) is handed
+    x, y, the prepared epoch and spin limit; the epoch wrap, the error check of ``run`` and its counters are the
+    prepared object's, as for form tl (whose kernel does not run: the queue head stays)."""
+    from types import SimpleNamespace
+    c = load_case("smoke2")
+    p = host.prepare(c, make_weights(c), spin_limit=77)
+    calls = []
+    p.ws = SimpleNamespace(run=lambda x, y, epoch, spin: calls.append((x, y, epoch, spin)))
+    x = make_input(c, 1.0, 0)
+    y = host.run(p, x)
+    host.run(p, x)
+    assert [k[2] for k in calls] == [1, 2] and calls[0][3] == 77 and calls[0][0] is x and calls[0][1] is y
+    assert int(p.head[0]) == 0 and p.epoch == 2
+    p.err.copy_(torch.tensor([1, 3]))            # a wait of task 3 gave up (the runner writes p.err)
+    with pytest.raises(RuntimeError, match=r"1 dependency wait\(s\) gave up .*task 3"):
+        host.run(p, x)
+    p.epoch = host._epoch_limit(p)
+    p.ctr.fill_(5)
+    host.run(p, x)
+    assert calls[-1][2] == 1 and int(p.ctr.abs().sum()) == 0
+
+
+def test_tune_search_skips_a_form_ws_candidate_it_cannot_prepare(monkeypatch):
+    """``config/search/dag.yaml`` offers form ws; where it cannot run (here the CPU: Unsupported) the search leaves
+    it out with the reason and times the rest (timing stubbed: it needs CUDA events)."""
+    import kernels.timing
+    from kernels import tuning
+    space = tuning.search_space("dag")
+    assert {"form": "ws"} in space
+    for over in space:
+        host.check_params(over)
+    monkeypatch.setattr(kernels.timing, "time_calls", lambda fns, xs, rounds, warmup=1: {k: [1.0] for k in fns})
+    c = load_case("smoke2")
+    w = make_weights(c)
+    p, info, sets = tuning.search(lambda **f: host.prepare_one(c, w, **f), lambda p, x: None, {},
+                                  [{"form": "ws"}, {"block_m_ln": 8}], 0.03,
+                                  set(host.DEFAULTS) - set(tuning.TUNING_KEYS), make_input(c, 1.0, 0),
+                                  skip=(Unsupported, ValueError))
+    assert info["candidates"] == [{}, {"block_m_ln": 8}] and p.params["form"] == "tl"
+    assert info["skipped"][0]["params"] == {"form": "ws"} and "sm_90" in info["skipped"][0]["reason"]
 
 
 def test_cases_outside_the_envelope_are_unsupported():

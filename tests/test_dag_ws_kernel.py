@@ -1,6 +1,8 @@
-"""``bench.dag.ws_dag`` (GPU only to run): the dag forward pass as one warp-specialized Gluon kernel.
+"""``kernels.dag.ws_kernel`` (the dag variant's ``form: ws``; GPU only to run) and its lab harness
+``bench.dag.ws_dag``: the dag forward pass as one warp-specialized Gluon kernel.
 
-On the CPU: the kernel compiles for sm_90a on case 2's and case 12's meta with its protocol present (wgmma, TMA,
+On the CPU: the product's kernel compiles for sm_90a (through the harness's ``--compile``, which builds
+``kernels.dag.ws_kernel.dag_ws_fwd``) on case 2's and case 12's meta with its protocol present (wgmma, TMA,
 the release, the acquire, the proxy fences, the registers handed over), it refuses the tilings it does not run, and
 the harness's checks (``kind_checks``, ``compare``, ``stall_report``) are right: on an emulated forward pass written
 into today's buffers they pass, and each names the kind or stage that is broken."""
@@ -14,9 +16,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernels import gate, load_case, make_input, make_weights, reference_forward
+from kernels import Unsupported, gate, load_case, make_input, make_weights, reference_forward
 from kernels.dag import graph as G
 from kernels.dag import host
+
+from kernels.dag import ws_kernel as K
 
 from bench.dag import ws_dag as W
 
@@ -31,6 +35,13 @@ def compiled():
     assert out.returncode == 0, out.stderr[-3000:]
     recs = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")]
     return {r["case"]: r for r in recs}
+
+
+def test_the_lab_harness_runs_the_product_kernel():
+    """The harness (``--compile`` and ``WsDag``) builds the product's kernel and runner, not a copy of them."""
+    assert W.dag_ws_fwd is K.dag_ws_fwd and W.compile_for_sm90 is K.compile_for_sm90
+    assert issubclass(W.WsDag, K.WsRunner) and W.DirectLaunch is K.DirectLaunch
+    assert issubclass(K.WsUnsupported, Unsupported) and issubclass(K.WsUnsupported, ValueError)
 
 
 @pytest.mark.parametrize("name", ["case02", "case12"])
@@ -349,14 +360,16 @@ def test_ws_launch_goes_direct_after_the_first_with_the_jit_arguments(compiled_c
                         *vals, *[mw[n] for n in W.CONSTEXPRS])
                 return fake_k
             return run
-    monkeypatch.setattr(W, "dag_ws_fwd", Jit())
+    monkeypatch.setattr(K, "dag_ws_fwd", Jit())     # (the runner, kernels.dag.ws_kernel.WsRunner, launches it)
     fake = {f"{n}_ptr": torch.empty(shapes[n], dtype=dtypes[n]) for n in shapes}
     ws = W.WsDag.__new__(W.WsDag)
     bufs = iter(range(1 << 20, 1 << 30, 1 << 12))
-    ws.__dict__.update(grid=132, p=SimpleNamespace(qk_scale=0.125), meta=mw, descs=W.descriptors(fake),
+    ws.__dict__.update(grid=132, p=SimpleNamespace(qk_scale=0.125), qk_scale=0.125, meta=mw,
+                       descs=W.descriptors(fake),
                        ptrs=[_Dev(next(bufs)) for _ in W.POINTERS[3:]], r=_Dev(next(bufs)), n_tasks=6720,
                        spin_limit=1000, epoch=0, epoch_limit=10**6, err_seen=0, kernel=None, direct=True,
-                       direct_launch=None, direct_error=None, _ptr_objs=(), _ptr_vals=[],
+                       direct_launch=None, direct_error=None, _xy_dtype=None, _dev=None, _stream=None, _ptr_objs=(),
+                       _ptr_vals=[],
                        **{n: _Dev(next(bufs)) for n in ("tab", "ctr", "goal", "head", "err", "trace")})
     x, y = _Dev(1 << 32), _Dev(1 << 33)
     ws.launch(x, y)
@@ -384,3 +397,48 @@ def test_ws_launch_goes_direct_after_the_first_with_the_jit_arguments(compiled_c
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hooks)               # a profiler's hook: the JIT path
     ws.launch(x, y)
     assert calls[-2][0] == "jit"
+
+
+def test_runner_compiles_without_a_launch_then_launches_direct(compiled_case02, monkeypatch):
+    """``WsRunner.compile`` (``host.prepare_one`` of form ws on CUDA): the kernel built by ``warmup`` (no launch) on
+    r standing in for x and y at epoch 1, loaded, its direct launch built; the first ``run`` then goes direct, with
+    the control tensors the runner was given (host: the prepared ``ctr``, ``head``, ``err``, ``trace``)."""
+    import triton
+    import triton.backends.nvidia.driver as nvd
+    k, mw, dtypes, shapes = compiled_case02
+    monkeypatch.setattr(nvd, "make_tensordesc_arg", lambda d, m: [("map", tuple(d.shape)), *d.shape, *d.strides])
+    monkeypatch.setattr(triton.runtime.driver, "_active", SimpleNamespace(get_current_stream=lambda dev: 77))
+    launched, seen = [], []
+    wrapped = nvd.wrap_handle_tensordesc(lambda *a: launched.append(list(a)), dict(k.src.signature),
+                                         k.metadata.tensordesc_meta)
+    fake_k = SimpleNamespace(metadata=k.metadata, function=4242, packed_metadata=k.packed_metadata,
+                             run=SimpleNamespace(launch=wrapped), _init_handles=lambda: seen.append("loaded"))
+
+    class Jit:
+        def warmup(self, *args, grid, **meta):
+            seen.append((args, grid, meta))
+            return fake_k
+
+        def __getitem__(self, grid):
+            raise AssertionError("the JIT path: the runner was compiled")
+    monkeypatch.setattr(K, "dag_ws_fwd", Jit())
+    T = {f"{n}_ptr": torch.empty(shapes[n], dtype=dtypes[n]) for n in shapes}
+    T.update({n: torch.empty(16) for n in K.POINTERS[2:] if n not in T})
+    ctl = dict(ctr=torch.zeros(5, dtype=torch.int32), head=torch.zeros(1, dtype=torch.int32),
+               err=torch.zeros(2, dtype=torch.int32), trace=torch.zeros(1, dtype=torch.int64))
+    p = SimpleNamespace(tensors=T, tab=torch.zeros(4, dtype=torch.int32), goal=torch.zeros(5, dtype=torch.int32),
+                        graph=SimpleNamespace(tasks=[None] * 6720), qk_scale=0.125)
+    r = K.WsRunner(p, mw, 132, **ctl)
+    assert r.launch_path().startswith("jit") and r.compile() is fake_k
+    args, grid, meta = seen[0]
+    assert seen[1] == "loaded" and grid == (132, ) and meta == mw
+    assert args[18] is T["r_ptr"] and args[19] is T["r_ptr"] and list(args[-4:]) == [6720, 1, 1, 0.125]
+    assert all(a is b for a, b in zip(args[-10:-4], [p.tab, ctl["ctr"], p.goal, ctl["head"], ctl["err"], ctl["trace"]]))
+    assert r.launch_path() == "direct" and r.kernel is fake_k
+    r.run(_Dev(1 << 32), _Dev(1 << 33), 3, 1000)
+    n_desc = len(r.direct_launch.desc_args)
+    got = launched[-1]
+    scal = 13 + n_desc + len(K.POINTERS) + len(K.CONTROL)
+    assert got[:4] == [132, 1, 1, 77] and got[scal:scal + 4] == [6720, 3, 1000, 0.125]
+    assert got[13 + n_desc:13 + n_desc + 2] == [1 << 32, 1 << 33]
+    assert got[13 + n_desc + len(K.POINTERS) + 1] == ctl["ctr"].data_ptr()

@@ -77,10 +77,11 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
 from kernels.common.tl_helpers import globaltimer
 from kernels.dag.kernel import _attn_task
+from kernels.dag.ws_kernel import _overlap_blocks, _pv3, _qk3, _softmax  # (the product's form ws uses them)
 
 BLOCK = 64  # query block, key block and dh (host side)
 BQ = gl.constexpr(BLOCK)
@@ -169,88 +170,6 @@ def _loader(qkv_hi_d, qkv_lo_d, q_hi, q_lo, k_hi, k_lo, v_hi, v_lo, bars, trace_
                                             v_lo.index(slot))
             g += 1
         i += 1
-
-
-@gluon.jit
-def _qk3(q_hi, q_lo, k_hi, k_lo, s0):
-    """S = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ (``dot_split``'s order), three async wgmma from shared memory; the
-    first ignores ``s0`` (zero-accumulator flag)."""
-    kt_hi = k_hi.permute((1, 0))
-    s = warpgroup_mma(q_lo, kt_hi, s0, use_acc=False, is_async=True)
-    s = warpgroup_mma(q_hi, k_lo.permute((1, 0)), s, is_async=True)
-    return warpgroup_mma(q_hi, kt_hi, s, is_async=True)
-
-
-@gluon.jit
-def _pv3(p_hi, p_lo, v_hi, v_lo, acc):
-    """acc + p_lo·v_hi + p_hi·v_lo + p_hi·v_hi, three async wgmma with p from registers (the A operand)."""
-    acc = warpgroup_mma(p_lo, v_hi, acc, is_async=True)
-    acc = warpgroup_mma(p_hi, v_lo, acc, is_async=True)
-    return warpgroup_mma(p_hi, v_hi, acc, is_async=True)
-
-
-@gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexpr, dot: gl.constexpr):
-    """One key block of ``_attn_block``'s online softmax, in the wgmma accumulator's layout: keys past the query
-    masked on the diagonal block (causal), m and l updated, p = exp2(s·scale − m) split into bf16 hi/lo in the
-    wgmma A-operand layout. Returns (m, alpha, l, p_hi, p_lo)."""
-    if CAUSAL:
-        if diag:  # the query block's own key block (the only one with keys past a query)
-            rows = gl.arange(0, BQ, layout=gl.SliceLayout(1, mma))
-            cols = gl.arange(0, BKV, layout=gl.SliceLayout(0, mma))
-            s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s * qk_scale - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, axis=1)
-    p_hi = p.to(gl.bfloat16)
-    p_lo = (p - p_hi.to(gl.float32)).to(gl.bfloat16)
-    return m_new, alpha, l_i, gl.convert_layout(p_hi, dot), gl.convert_layout(p_lo, dot)
-
-
-@gluon.jit
-def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
-                    zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr):
-    """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
-    order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
-    together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
-    landed (the caller waits on its ready barrier). ``q_empty`` is arrived on once the last q·kᵀ is done; a slot's k
-    is released after its q·kᵀ (``k_empty``), its v after its p·v (``v_empty``). KV_ONE_BARRIER: k and v of a slot
-    land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
-    Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
-    slot = g % STAGES
-    s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
-    s = warpgroup_mma_wait(0, deps=(s, ))
-    if not KV_ONE_BARRIER:
-        mbarrier.arrive(k_empty.index(slot))
-    mbarrier.arrive(q_empty, pred=nkv == 1)
-    m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot)
-    for j in range(1, nkv):
-        cur = (g + j) % STAGES
-        prev = (g + j - 1) % STAGES
-        mbarrier.wait(k_ready.index(cur), ((g + j) // STAGES) & 1)
-        s = _qk3(qh, ql, k_hi.index(cur), k_lo.index(cur), zero)
-        if not KV_ONE_BARRIER:
-            mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
-        acc = _pv3(p_hi, p_lo, v_hi.index(prev), v_lo.index(prev), acc)
-        s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
-        if not KV_ONE_BARRIER:
-            mbarrier.arrive(k_empty.index(cur))
-        mbarrier.arrive(q_empty, pred=j == nkv - 1)
-        m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot)
-        acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))  # block j - 1's p·v done
-        mbarrier.arrive(v_empty.index(prev))
-        acc = acc * alpha[:, None]
-        p_hi = pn_hi
-        p_lo = pn_lo
-    last = (g + nkv - 1) % STAGES
-    if not KV_ONE_BARRIER:
-        mbarrier.wait(v_ready.index(last), ((g + nkv - 1) // STAGES) & 1)
-    acc = _pv3(p_hi, p_lo, v_hi.index(last), v_lo.index(last), acc)
-    acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))
-    mbarrier.arrive(v_empty.index(last))
-    return acc, l_i
 
 
 @gluon.jit

@@ -46,7 +46,7 @@ per stage, static lists): time per stage is the chain's link, work included. For
   (208 KB, one CTA per SM); 4 slots each would need 256 KB. The traced split is the other forms' (each pipeline
   stamps its own tasks): ``mma`` of ``ws2c`` is one task's MMA time while the other consumer's task shares the
   tensor core.
-  Memory ordering: each pipeline is ``ws2``'s protocol unchanged (``bench/dag/ws_dag.py``'s module docstring, points
+  Memory ordering: each pipeline is ``ws2``'s protocol unchanged (``kernels/dag/ws_kernel.py``'s docstring, points
   1–3): consumer c's stores and atomics, its ``fence.proxy.async.global``, its own named CTA barrier (Triton gives
   the two consumer warpgroups different ``bar.sync`` ids) and elected arrive on ``done`` c, signaller c's wait on it
   (CTA-scope release / acquire) and then its ``red.release.gpu``; a loader's lane-parallel ``ld.acquire.gpu`` poll,

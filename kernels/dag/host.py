@@ -1,5 +1,7 @@
 """Host side of ``dag``: ``prepare`` (untimed: parameters, task graph, task table, weight splits, scratch,
-compile and co-residency check) and ``run`` (timed: validate x, allocate y, one launch)."""
+compile and co-residency check) and ``run`` (timed: validate x, allocate y, one launch). Two forms of the kernel run
+the same graph, task table, buffers, counters and epochs: ``form: tl`` (default) today's ``@triton.jit`` megakernel
+(``kernel.py``), ``form: ws`` the warp-specialized Gluon kernel (``ws_kernel.py``; sm_90 GPUs only)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,14 +23,15 @@ from . import graph as G
 from .kernel import TASK_HEADER, _dag_fwd
 
 INT32_MAX = 2**31 - 1
+FORMS = ("tl", "ws")      # tl: kernel.py (@triton.jit) | ws: ws_kernel.py (warp-specialized Gluon, sm_90)
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"),
                wgmma_chain=("async", "async_inflight", "wait"),
                check=("sync", "lazy"), trace=(False, True),
-               cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"))
+               cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"), form=FORMS)
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
-        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages")
+        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages", "ws_stages")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -69,6 +72,9 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1, 2 or 3")
     if o["spin_limit"] < 1:
         raise ParameterError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
+    if not 2 <= o["ws_stages"] <= 4:
+        raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2, 3 or 4 (form ws's ring slots; 4 x 32 KB and the "
+                             "q buffer fit one CTA per SM)")
     return o
 
 
@@ -174,13 +180,14 @@ class DagPrepared:
     goal: torch.Tensor        # [n_counters] int32
     head: torch.Tensor        # [1] int32
     err: torch.Tensor         # [2] int32
-    trace: torch.Tensor       # trace: [tasks, 5] int64 (kernel.py, trace_ptr), else a 1-element dummy
+    trace: torch.Tensor       # trace: [tasks, 5] int64 (kernel.py / ws_kernel.py, trace_ptr), else a 1-element dummy
     qk_scale: float
     spin_limit: int
     epoch: int = 0            # launches since the counters were last zeroed
     info: dict = field(default_factory=dict)
     kernel: object = None     # CUDA: the compiled kernel (registers, shared memory)
-    runner: object = None     # CUDA: kernel[grid], launched directly (no per-call JIT dispatch)
+    runner: object = None     # CUDA, form tl: kernel[grid], launched directly (no per-call JIT dispatch)
+    ws: object = None         # CUDA, form ws: the ``ws_kernel.WsRunner`` on this object's counters (``launch``)
     direct: list = field(default_factory=list)  # CUDA: the direct launch's whole argument list (``direct_args``)
     epoch_limit: int = 0      # launches before the counters wrap (``_epoch_limit``, computed once)
     err_seen: int = 0         # the waits that gave up, as far as ``run`` has reported them (err[0] only grows)
@@ -321,11 +328,18 @@ def rebind(p: DagPrepared, weights: Weights) -> DagPrepared:
 
 def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     """Build the task graph and everything the launch needs (parameters: ``DEFAULTS``,
-    ``config/variant/dag.yaml``). On CUDA it compiles the kernel and checks that the grid is co-resident."""
+    ``config/variant/dag.yaml``). On CUDA it compiles the kernel and checks that the grid is co-resident.
+    ``form: ws`` (``_check_ws_device``, ``_prepare_ws``): the same graph, task table and buffers, the Gluon kernel
+    compiled instead, one CTA per SM."""
     o = check_params(params)
     check_weights("dag", case, weights)
     dev = weights.device
     gpu = dev.type == "cuda" and not interpreting()
+    ws = o["form"] == "ws"
+    if ws:
+        from .ws_kernel import check_ws_params
+        check_ws_params(o)          # a configuration the WS kernel does not run: named, on the CPU too
+        _check_ws_device(dev, gpu)
     if dev.type == "cuda" and interpreting():
         raise Unsupported("dag: TRITON_INTERPRET=1 runs the kernel on the CPU; pass CPU weights")
     if o["trace"] and not gpu:
@@ -333,17 +347,23 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if gpu else 1
     slots = n_sm * o["ctas_per_sm"]
     grid = o["grid"] or (slots if gpu else 1)  # the interpreter runs programs one after another: one is enough
-    if o["grid"] > slots:
+    if ws:  # one CTA per SM; the graph (split K, critical order) as form tl's on SMs x ctas_per_sm programs
+        grid = o["grid"] or n_sm
+        if grid > n_sm:
+            raise ParameterError(f"dag: form ws runs one CTA per SM: grid={o['grid']} exceeds the {n_sm} SMs; set "
+                                 f"grid: 0 (= {n_sm}) or at most {n_sm}, or form: tl")
+    elif o["grid"] > slots:
         raise ParameterError(f"dag: grid={o['grid']} exceeds {n_sm} SMs x ctas_per_sm={o['ctas_per_sm']} = {slots} "
                          "co-resident programs; lower grid or raise ctas_per_sm")
-    t = tiling_for(case, o, grid)
+    programs = slots if ws else grid   # the programs the graph is split and ordered for
+    t = tiling_for(case, o, programs)
     check_envelope(case, t)
-    g = G.build(case, t, o["order"], grid)
+    g = G.build(case, t, o["order"], programs)
     tab, width = task_table(g, goals=o["wait"] == "parallel")
     p = DagPrepared(
         case=case, graph=g, params=o, tensors=dict(_buffers(case, t, dev, gpu), **_weight_tensors(weights, t, gpu)),
-        meta=kernel_meta(case, t, g, o, grid, gpu, width), launch=dict(num_warps=o["num_warps"],
-                                                                       num_stages=o["num_stages"]),
+        meta=kernel_meta(case, t, g, o, programs, gpu, width), launch=dict(num_warps=4 if ws else o["num_warps"],
+                                                                           num_stages=o["num_stages"]),
         grid=grid, tab=tab.to(dev), order=(static_order(g, grid) if o["queue"] == "static"
                                            else torch.zeros(1, dtype=torch.int32)).to(dev),
         ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
@@ -351,8 +371,10 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
         err=torch.zeros(2, dtype=torch.int32, device=dev),
         trace=torch.zeros(*((len(g.tasks), 5) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
         qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=o["spin_limit"])
-    p.info = dict(grid=grid, tiling=t.__dict__, **G.summary(g, grid))
-    if gpu:
+    p.info = dict(form=o["form"], grid=grid, tiling=t.__dict__, **G.summary(g, grid))
+    if ws:
+        _prepare_ws(p, n_sm, programs)
+    elif gpu:
         p.kernel = compile_only(p)
         occ = occupancy(p.kernel, o["num_warps"], dev)
         p.info.update(registers=p.kernel.n_regs, spills=getattr(p.kernel, "n_spills", None),
@@ -363,14 +385,46 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
                               f"({p.kernel.n_regs} registers, {p.kernel.metadata.shared} bytes of shared memory, "
                               f"{o['num_warps']} warps) on {n_sm} SMs; set ctas_per_sm={max(1, occ)} (or grid <= "
                               f"{n_sm * occ}), or lower num_stages / block_k to shrink shared memory")
-        p.err_host = torch.zeros(2, dtype=torch.int32, pin_memory=True)
-        p.err_event = torch.cuda.Event()
         # launch the compiled binary directly: Triton's per-call argument binding and specialization key cost tens
         # of µs of host time per call (docs/seqres.md, "Launch")
         p.runner = p.kernel[(grid, 1, 1)]
         p.direct = static_args(p) + const_args(p)
+    if gpu:
+        p.err_host = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+        p.err_event = torch.cuda.Event()
     p.epoch_limit = _epoch_limit(p)
     return p
+
+
+def _check_ws_device(dev, gpu: bool) -> None:
+    """``form: ws`` runs on an sm_90 GPU only: raise ``Unsupported`` elsewhere, saying why and what runs there."""
+    if not gpu:
+        where = "under TRITON_INTERPRET=1" if interpreting() else f"on the {dev.type.upper()}"
+        raise Unsupported(f"dag: form ws is the warp-specialized Gluon kernel (kernels/dag/ws_kernel.py): it runs on "
+                          f"an sm_90 (Hopper) GPU only (Gluon has no interpreter), not {where}; use form: tl there "
+                          "(the default)")
+    cap = tuple(torch.cuda.get_device_capability(dev))
+    if cap != (9, 0):
+        raise Unsupported(f"dag: form ws needs an sm_90 (Hopper: H100 / H200) GPU: {torch.cuda.get_device_name(dev)} "
+                          f"is sm_{cap[0]}{cap[1]} (the kernel is built on sm_90a's wgmma, TMA and setmaxnreg); use "
+                          "form: tl")
+
+
+def _prepare_ws(p: DagPrepared, n_sm: int, programs: int) -> None:
+    """``form: ws`` on CUDA: the case's shape checked (``ws_kernel.check_supported``), the runner built on ``p``'s own
+    counters, queue head, error word and trace, the kernel compiled and its direct launch built (a first ``run`` is
+    not a compile), its shared memory checked against the device's limit; ``p.info`` as form tl's (registers,
+    spills, shared memory; one CTA per SM)."""
+    from .ws_kernel import WsRunner, check_supported, ws_meta
+    o = p.params
+    check_supported(p.meta, p.grid, n_sm)
+    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"])
+    r = WsRunner(p, meta, p.grid, p.ctr, p.head, p.err, p.trace)
+    p.kernel = r.compile()
+    p.info.update(r.check_shared())
+    p.info.update(graph_programs=programs, ws_stages=o["ws_stages"], registers=p.kernel.n_regs,
+                  spills=getattr(p.kernel, "n_spills", None), occupancy=1, launch_path=r.launch_path())
+    p.ws = r
 
 
 def static_args(p: DagPrepared) -> list:
@@ -401,20 +455,26 @@ def direct_args(p: DagPrepared, x: torch.Tensor, y: torch.Tensor) -> list:
     return args
 
 
-def _epoch_limit(p: DagPrepared) -> int:
+def epoch_limit(goals: list, n_tasks: int, grid: int) -> int:
     """Launches before a counter (epoch x its goal) or the queue head (epoch x (tasks + grid)) would overflow."""
-    per_launch = max(max(p.graph.goals), len(p.graph.tasks) + p.grid)
-    return INT32_MAX // per_launch - 1
+    return INT32_MAX // max(max(goals), n_tasks + grid) - 1
+
+
+def _epoch_limit(p: DagPrepared) -> int:
+    return epoch_limit(p.graph.goals, len(p.graph.tasks), p.grid)
 
 
 def launch(p: DagPrepared, x: torch.Tensor, y: torch.Tensor):
-    """One launch: y = forward(x). Zeroes the counters first only when the epoch would overflow int32."""
+    """One launch of the prepared form: y = forward(x). Zeroes the counters first only when the epoch would overflow
+    int32."""
     if p.epoch + 1 > p.epoch_limit:
         p.ctr.zero_()
         p.head.zero_()
         p.epoch = 0
     p.epoch += 1
-    if p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+    if p.ws is not None:   # form ws (its own direct launch, or the JIT path for x / y it was not specialized for)
+        p.ws.run(x, y, p.epoch, p.spin_limit)
+    elif p.runner is not None and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
         p.runner(*direct_args(p, x, y))
     else:  # (the JIT path: the interpreter, or x / y without the 16-byte alignment the binary assumes)
         with compile_context(p.params):
@@ -460,7 +520,14 @@ def task_profile(p: DagPrepared) -> dict:
     the kernel (first ticket to last task done); per task kind the count, the mean and total wait (ticket to
     counters complete) and work (counters complete to signalled), and the mean signal (the release: the fence and
     the counter atomics, inside work); the programs' busy fraction (work / (grid x
-    kernel)); the spread of the programs' first tickets; the SMs used and programs per SM."""
+    kernel)); the spread of the programs' first tickets; the SMs used and programs per SM.
+
+    Both forms write the same [tasks, 5] int64 layout (kernel.py's and ws_kernel.py's ``_stamp`` calls): 0 ticket,
+    1 counters complete, 2 signalled, 3 program << 16 | SM, 4 work done (before the release). In form ws the stamps
+    come from three partitions: 0 and 1 from the loader (at most one task ahead of the consumer), 4 from the
+    consumer, 2 and 3 from the signaller (after the hand-over); so a task's ``wait`` ends when its operands could
+    load, its ``work`` also holds the time it queued behind the consumer's previous task (the sum of work can pass
+    grid x kernel: ``busy`` > 1), and ``signal`` holds the hand-over to the signaller. ``form`` says which."""
     if not p.meta["TRACE"]:
         raise ValueError("dag: task_profile needs a launch prepared with trace=true")
     raw = p.trace.cpu()
@@ -481,7 +548,8 @@ def task_profile(p: DagPrepared) -> dict:
     for s_, g_, t_ in zip((raw[:, 3] & 0xFFFF).tolist(), (raw[:, 3] >> 16).tolist(), t[:, 0].tolist()):
         per_sm.setdefault(s_, set()).add(g_)
         first[g_] = min(first.get(g_, t_), t_)
-    return dict(kernel_us=kernel, start_skew_us=(max(first.values()) - t0) / 1e3, grid=p.grid,
+    return dict(form=getattr(p, "params", {}).get("form", "tl"), kernel_us=kernel,
+                start_skew_us=(max(first.values()) - t0) / 1e3, grid=p.grid,
                 busy=float(work.sum()) / (p.grid * kernel), wait_total=float(wait.sum()), work_total=float(work.sum()),
                 sms=len(per_sm), max_programs_per_sm=max(len(v) for v in per_sm.values()), kinds=per,
                 chain=_realized_chain(p.graph, t))
