@@ -73,6 +73,88 @@ def test_ws_kernel_wgmma_not_serialized_and_no_spills(compiled, name):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
 
 
+BN128 = ("block_n_qkv=128", "block_n_o=128", "block_n_ffn1=128", "block_n_ffn2=128")
+
+
+@pytest.fixture(scope="module")
+def compiled_bn128():
+    """Case 12 with 64 × 128 GEMM tiles and a 3-slot ring, through the harness's ``--compile`` (repeated --param)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "12", "--stages", "3"]
+    for kv in BN128:
+        cmd += ["--param", kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+
+
+def test_ws_kernel_compiles_with_128_wide_gemm_tiles(compiled_bn128, compiled):
+    """block_n 128: the GEMM bodies' wgmma are m64n128k16 (bf16x3: 3 products, f16_w1: 2, each a peeled first K step
+    and the loop: (3 + 2) x 2 x 4 k16 steps = 40), the attention's stay m64n64k16 (48), as many as at block_n 64; each
+    weight tile goes as two 64-column TMA boxes; ptxas neither spills nor serializes; the shared memory is
+    ``ws_shared_bytes`` (48 KB slots) and fits one CTA per SM."""
+    r, r64 = compiled_bn128, compiled["case12"]
+    assert r["wgmma_shapes"] == {"m64n128k16": 40, "m64n64k16": 48}, r
+    assert r64["wgmma_shapes"] == {"m64n64k16": 88}, r64
+    assert r["tma"] > r64["tma"], (r["tma"], r64["tma"])
+    assert r["shared"] == K.ws_shared_bytes(3, 128) <= K.SHARED_LIMIT, r
+    assert r64["shared"] == K.ws_shared_bytes(4, 64), r64
+    assert r["registers"] is not None and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
+    assert r["red_release"] >= 1 and r["ld_acquire"] >= 1 and r["fence_proxy"] >= 2 and r["f32_atomics"] > 0, r
+    assert r["warps"] == 8, r
+
+
+def test_ws_meta_and_descriptors_at_block_n_128():
+    """One width for the four GEMM kinds: BLOCK_N 128 in the meta, the weight descriptors' boxes 64 × 128 over the
+    [L * N / 128 * K, 128] view of the slabs (the A and q/k/v boxes stay 64 × 64)."""
+    c = load_case("case12")
+    bn = dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128)
+    m = W.ws_meta(_meta(c, **bn), stages=3)
+    assert (m["BLOCK_N"], m["STAGES"]) == (128, 3) and W.ws_meta(_meta(c))["BLOCK_N"] == 64
+    assert W.ws_meta(_meta(c, **bn), stages=4)["STAGES"] == 4                  # 229764 bytes: fits
+    with pytest.raises(W.WsUnsupported, match="block_n_o=64"):
+        W.ws_meta(_meta(c, **dict(bn, block_n_o=64)), stages=3)                # mixed widths
+    D, L = c.D, c.L
+    fake = {f"{n}_ptr": torch.empty(1, D, dtype=torch.bfloat16) for n in ("ln1_hi", "ln1_lo", "att_hi", "att_lo",
+                                                                          "ln2_hi", "ln2_lo")}
+    fake.update({f"f_{q}_ptr": torch.empty(4, 1, D, dtype=torch.bfloat16) for q in ("hi", "lo")})
+    fake.update({f"qkv_{q}_ptr": torch.empty(L, 3, 1, 1, 64, 64, dtype=torch.bfloat16) for q in ("hi", "lo")})
+    for n, N, KK in (("wqkv", 3 * D, D), ("wo", D, D), ("w1", 4 * D, D), ("w2", D, 4 * D)):
+        for q in ("hi", "lo"):
+            fake[f"{n}_{q}_ptr"] = torch.empty(L, N // 128, KK, 128, dtype=torch.bfloat16)
+    d = W.descriptors(fake)
+    assert [x.block_shape for x in d[:8]] == [[64, 64]] * 8 and [x.block_shape for x in d[16:]] == [[64, 64]] * 2
+    assert [x.block_shape for x in d[8:16]] == [[64, 128]] * 8
+    assert d[8].shape == [L * 3 * D // 128 * D, 128] and d[14].shape == [L * D // 128 * 4 * D, 128]
+
+
+def test_ws_params_block_n_and_ws_stages_are_checked_naming_them(monkeypatch):
+    """``check_ws_params`` (prepare, form ws; before the device): block_n 64 or 128, the same for the four kinds;
+    ws_stages that fit shared memory at that width (all of 2-4 do at 128; a smaller limit shows the message)."""
+    from kernels.validate import ParameterError
+    bn = dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128)
+    ok = lambda **kw: K.check_ws_params(host.check_params(dict(form="ws", **kw)))   # noqa: E731
+    for stages in (2, 3, 4):
+        ok(**bn, ws_stages=stages)
+    ok(ws_stages=4)
+    for k in K.BLOCK_N_PARAMS:
+        with pytest.raises(ParameterError, match=f"form ws needs {k} 64 or 128 .got 32.*set form: tl or {k}: 64"):
+            ok(**{k: 32})
+    with pytest.raises(ParameterError, match="form ws needs block_n_ffn1 128 .*got 64.*set form: tl or block_n_ffn1: "
+                                             "128"):
+        ok(**dict(bn, block_n_ffn1=64))
+    assert K.max_ws_stages(64) == K.max_ws_stages(128) == 4
+    monkeypatch.setattr(K, "SHARED_LIMIT", 200_000)                           # (a device with less shared memory)
+    with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128: 229764 bytes .*set ws_stages: 3"):
+        ok(**bn, ws_stages=4)
+    ok(**bn, ws_stages=3)
+    with pytest.raises(ParameterError, match="ws_stages=4"):
+        host.prepare(load_case("smoke2"), make_weights(load_case("smoke2")), form="ws", **bn)
+    with pytest.raises(W.WsUnsupported, match="ws_stages=4 with block_n 128"):
+        W.ws_meta(_meta(load_case("case12"), **bn), stages=4)
+
+
 def _meta(case, **params):
     o = host.check_params(params)
     t = host.tiling_for(case, o, 264)

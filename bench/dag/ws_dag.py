@@ -14,6 +14,10 @@ GPU harness (one process per case, so a hung or faulted kernel takes only its ow
 
     python -m bench.dag.ws_dag --cases 2 3 4 12 --out DIR [--trace] [--stages 4] [--jit-launch] [--param name=value ...]
 
+(``--stages``: the ring slots of the lab instance and ``ws_stages`` of the product path; ``--param`` is repeatable and
+reaches both kernels' ``prepare``: e.g. the four ``block_n_*=128`` with ``--stages 3`` run the WS kernel's 64 × 128
+GEMM tiles beside today's kernel at the same tiling)
+
 per case: ``prepare`` today's dag variant (``tune: off``: the defaults, so both kernels run one graph and one tiling;
 ``--param`` adds parameters for both), run today's kernel and the WS kernel on the same input after zeroing every
 intermediate buffer, compare y and every buffer (r, ln1, att, ln2, f, q / k / v of every layer; ``buffers_vs_tl``),
@@ -30,12 +34,13 @@ process exits. Without a GPU:
 
 compiles for sm_90a (``GluonASTSource``, ``GPUTarget("cuda", 90, 32)``) on each case's meta and prints warps, shared
 memory, registers / spills and whether ptxas serialized the wgmma (``wgmma_serialized``, notes C7514 / C7515: the
-bundled ptxas) and the counts of wgmma, TMA, ``red.release``, ``ld.acquire``,
-``fence.proxy.async`` and the mbarrier operations (``tests/test_dag_ws_kernel.py``).
+bundled ptxas) and the counts of wgmma (``wgmma_shapes``: per instruction shape, m64n128k16 for block_n 128), TMA,
+``red.release``, ``ld.acquire``, ``fence.proxy.async`` and the mbarrier operations (``tests/test_dag_ws_kernel.py``).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -572,10 +577,11 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
                         ("qkv", "bf16x3", (L, 3, case.B, case.H, case.S, case.dh))):
         for part in ("hi", "lo"):
             dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], shp
-    for n, sch, N, K in (("wqkv", t.scheme_qkv, 3 * D, D), ("wo", t.scheme_o, D, D),
-                         ("w1", t.scheme_ffn1, 4 * D, D), ("w2", t.scheme_ffn2, D, 4 * D)):
-        for part in ("hi", "lo"):
-            dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], (L, N // TILE, K, TILE)
+    for n, sch, N, K, bn in (("wqkv", t.scheme_qkv, 3 * D, D, t.block_n_qkv), ("wo", t.scheme_o, D, D, t.block_n_o),
+                             ("w1", t.scheme_ffn1, 4 * D, D, t.block_n_ffn1),
+                             ("w2", t.scheme_ffn2, D, 4 * D, t.block_n_ffn2)):
+        for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n]
+            dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], (L, -(-N // bn), K, bn)
     return compile_for_sm90(mw, dtypes, shapes), case, g, t, mw, dtypes, shapes
 
 
@@ -592,6 +598,8 @@ def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict
                    shared=k.metadata.shared, tasks=len(g.tasks), max_waits=g.max_waits, max_signals=g.max_signals,
                    schemes=[t.scheme_qkv, t.scheme_o, t.scheme_ffn1, t.scheme_ffn2],
                    wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
+                   wgmma_shapes=dict(sorted(collections.Counter(re.findall(
+                       r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)).items())),
                    red_release=ptx.count("red.release.gpu"), ld_acquire=ptx.count("ld.acquire.gpu"),
                    fence_proxy=ptx.count("fence.proxy.async"), mbarrier_wait=ptx.count("mbarrier.try_wait"),
                    mbarrier_arrive=ptx.count("mbarrier.arrive"), setmaxnreg=ptx.count("setmaxnreg"),
@@ -630,7 +638,9 @@ def main(argv=None):
     ap.add_argument("--grid", type=int, default=0, help="WS programs (default: one per SM; at most the SM count)")
     ap.add_argument("--jit-launch", action="store_true",
                     help="every WS launch through Gluon's JIT path (default: the first; then DirectLaunch)")
-    ap.add_argument("--param", nargs="*", default=[], help="name=value for prepare (both kernels), e.g. ctas_per_sm=1")
+    ap.add_argument("--param", nargs="*", action="extend", default=[],
+                    help="name=value for prepare (both kernels), e.g. ctas_per_sm=1; repeatable (--param a=1 --param "
+                         "b=2 or --param a=1 b=2)")
     ap.add_argument("--reps", type=int, default=20, help="back-to-back launches per timing round")
     ap.add_argument("--check-spin", type=int, default=200_000,
                     help="spin_limit of the WS kernel's first (checked) launch: a missing signal surfaces in ~0.1 s")

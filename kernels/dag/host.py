@@ -73,8 +73,8 @@ def check_params(params: dict) -> dict:
     if o["spin_limit"] < 1:
         raise ParameterError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
     if not 2 <= o["ws_stages"] <= 4:
-        raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2, 3 or 4 (form ws's ring slots; 4 x 32 KB and the "
-                             "q buffer fit one CTA per SM)")
+        raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2, 3 or 4 (form ws's ring slots: 32 KB each at block_n "
+                             "64, 48 KB at 128; 4 and the q buffer fit one CTA per SM: ws_kernel.ws_shared_bytes)")
     return o
 
 

@@ -19,25 +19,26 @@ Three partitions (``gl.warp_specialize``):
   today's ``wait: parallel``; bounded by ``spin_limit``; a timed-out wait adds 1 to ``err[0]`` and records the task in
   ``err[1]``), a warp barrier, ``fence.proxy.async.global``. LayerNorm tasks are handed over only now (the consumer
   reads r / x itself with ``.cg`` loads, so the hand-over must carry the acquire). Then the A tiles of the claimed
-  slots and the rest of the K loop (claim a slot, weight tiles, A tiles: A's K column k in column block k // D of the
-  [K // D * M, D] view, FFN2's [4, M, D]); attention: q hi/lo into a dedicated buffer (its own ready/empty
-  mbarriers), then per key block k hi/lo and v hi/lo into one ring slot (k where a GEMM's A goes, v where its W
-  goes; q/k/v are head-major [.., S, 64] blocks, so every tile is a 64 × 64 box of the [L*3*B*H*S, 64] view).
+  slots and the rest of the K loop (claim a slot, weight tiles (64 × block_n), A tiles: A's K column k in column
+  block k // D of the [K // D * M, D] view, FFN2's [4, M, D]); attention: q hi/lo into a dedicated buffer (its own
+  ready/empty mbarriers), then per key block k hi/lo and v hi/lo into one ring slot (k where a GEMM's A goes, v
+  where its W goes: its first 64 × 64 tile; q/k/v are head-major [.., S, 64] blocks, so every tile is a 64 × 64 box
+  of the [L*3*B*H*S, 64] view).
 - **consumer** (the default partition: one warpgroup, 4 warps): per kind — the GEMM K loop on the ring with async
-  wgmma (bf16x3: ``a_lo·w_hi + a_hi·w_lo + a_hi·w_hi`` per K step, in that order, as ``kernels/common/tl_helpers
-  .dot_split`` with today's default DOT_PREC; ``f16_w1``: A as fp16 hi/lo, the weight's one fp16 part (``host.
-  _weight_parts``: hi = lo = the fp16 rounding), ``a_lo·w + a_hi·w``), the previous step's slot freed after
-  ``warpgroup_mma_wait(products)``, the first K step peeled (``_gemm_mma`` says why: ptxas serialized every wgmma of
-  the kernel, note C7515, when both schemes' loops started from ``gl.zeros``); the epilogues of today's kernel with
-  the same arithmetic (QKV: + bias, split bf16, head-major store; FFN1: + bias, GELU (``log2poly`` with
-  ``ex2.approx.ftz``, or ``erf``), split by FFN2's scheme, stored into [4, M, D]; output projection / FFN2: + bias on
-  K split 0, relaxed gpu-scope fp32 atomics into r); LayerNorm rows as ``_ln_task`` (two-pass fp32 statistics; layer
-  0's LN1 also writes r = x); attention as ``_attn_task`` on the attention helpers (``_overlap_blocks``:
-  q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the k tile; p·v = p_lo·v_hi
-  + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into ``acc * alpha``; the online
-  softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block j − 1's p·v). Then
-  ``fence.proxy.async.global`` (its generic stores are read by TMA elsewhere), a barrier of its 128 threads, and the
-  task into a 2-slot ring to the signaller (``done`` / ``sig_free`` mbarriers).
+  wgmma (n = block_n; bf16x3: ``a_lo·w_hi + a_hi·w_lo + a_hi·w_hi`` per K step, in that order, as
+  ``kernels/common/tl_helpers.dot_split`` with today's default DOT_PREC; ``f16_w1``: A as fp16 hi/lo, the weight's
+  one fp16 part (``host._weight_parts``: hi = lo = the fp16 rounding), ``a_lo·w + a_hi·w``), the previous step's
+  slot freed after ``warpgroup_mma_wait(products)``, the first K step peeled (``_gemm_mma`` says why: ptxas
+  serialized every wgmma of the kernel, note C7515, when both schemes' loops started from ``gl.zeros``); the
+  epilogues of today's kernel with the same arithmetic (QKV: + bias, split bf16, head-major store; FFN1: + bias,
+  GELU (``log2poly`` with ``ex2.approx.ftz``, or ``erf``), split by FFN2's scheme, stored into [4, M, D]; output
+  projection / FFN2: + bias on K split 0, relaxed gpu-scope fp32 atomics into r); LayerNorm rows as ``_ln_task``
+  (two-pass fp32 statistics; layer 0's LN1 also writes r = x); attention as ``_attn_task`` on the attention helpers
+  (``_overlap_blocks``: q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the
+  k tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
+  ``acc * alpha``; the online softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block
+  j − 1's p·v). Then ``fence.proxy.async.global`` (its generic stores are read by TMA elsewhere), a barrier of its
+  128 threads, and the task into a 2-slot ring to the signaller (``done`` / ``sig_free`` mbarriers).
 - **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then one ``red.release.gpu.add`` of 1 per
   counter the task signals (one lane per counter), and the trace stamps; the consumer meanwhile starts its next task.
 
@@ -72,11 +73,19 @@ early for T + 1's weights are freed by the K loops of T and earlier tasks, all h
 an attention task is freed by the previous attention task, handed over already; so the lowest unfinished ticket
 always progresses (the queue argument of docs/dag.md, with the loader at most one task ahead of the consumer).
 
-Tiles are fixed: 64 × 64 GEMM tiles with 64-wide K steps, 64-row attention blocks, head dim 64 (the defaults of
-``config/variant/dag.yaml`` and every dag case's head dim); ``check_ws_params`` / ``check_supported`` raise naming
-the parameter otherwise (case 12's tuned 64 × 128 tiling, ``queue: static``, more programs than SMs). The ring has
-``STAGES`` (``ws_stages``: 2–4, default 4) slots of four 8 KB tiles: 164 KB of shared memory with the q buffer and
-the epilogues' scratch, one CTA per SM.
+Tiles: GEMM tiles of 64 rows × ``BLOCK_N`` columns, BLOCK_N = block_n 64 (the default) or 128 (case 12's tuned
+tiling), one width for all four GEMM kinds, with 64-wide K steps; 64-row attention blocks, head dim 64 (the defaults
+of ``config/variant/dag.yaml`` and every dag case's head dim); ``check_ws_params`` / ``check_supported`` raise naming
+the parameter otherwise (another width or mixed widths, ``queue: static``, more programs than SMs). A ring slot holds
+A hi/lo (64 × 64 each) and W hi/lo (64 × BLOCK_N each; the weight descriptors' boxes are 64 × BLOCK_N, which Triton
+issues as 64-column TMA boxes): 32 KB at 64, 48 KB at 128; an attention key block puts k in the A tiles and v in the
+first 64 × 64 tile of the W part (``_v_views``: the same bytes of the same slot, so the ring protocol, the memory
+ordering and the deadlock argument above are unchanged: a slot is still claimed, filled, consumed and freed as one).
+The ring has ``STAGES`` (``ws_stages``: 2–4, default 4) slots: with the q buffer (16 KB) and the epilogues' scratch
+164228 bytes of shared memory at block_n 64 and 4 slots, 180612 / 229764 at 128 and 3 / 4 slots (of 232448, one CTA
+per SM; ``ws_shared_bytes``, checked at prepare naming ``ws_stages``). GEMM accumulators are [64, BLOCK_N] fp32 (64
+registers a thread at 128; ptxas: no spills, no wgmma serialization); the QKV epilogue's head-major store maps each
+column to its part and head, so a 128-wide tile spans two heads.
 
 Where it is simplest rather than fast (a draft): a task's hand-overs cost a few shared-memory round trips and CTA
 barriers; the loader handles LayerNorm tasks' waits serially with the rest. The launch: the first goes through
@@ -165,13 +174,15 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
     landed (the caller waits on its ready barrier). ``q_empty`` is arrived on once the last q·kᵀ is done; a slot's k
     is released after its q·kᵀ (``k_empty``), its v after its p·v (``v_empty``). KV_ONE_BARRIER: k and v of a slot
     land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
+    V_SLOT: slot s's v tiles are ``v_hi`` / ``v_lo`` index s * V_SLOT (1: their own [STAGES, 64, 64] rings; the dag
+    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes).
     Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
     slot = g % STAGES
     s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
@@ -187,7 +198,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         s = _qk3(qh, ql, k_hi.index(cur), k_lo.index(cur), zero)
         if not KV_ONE_BARRIER:
             mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
-        acc = _pv3(p_hi, p_lo, v_hi.index(prev), v_lo.index(prev), acc)
+        acc = _pv3(p_hi, p_lo, v_hi.index(prev * V_SLOT), v_lo.index(prev * V_SLOT), acc)
         s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
         if not KV_ONE_BARRIER:
             mbarrier.arrive(k_empty.index(cur))
@@ -201,7 +212,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     last = (g + nkv - 1) % STAGES
     if not KV_ONE_BARRIER:
         mbarrier.wait(v_ready.index(last), ((g + nkv - 1) // STAGES) & 1)
-    acc = _pv3(p_hi, p_lo, v_hi.index(last), v_lo.index(last), acc)
+    acc = _pv3(p_hi, p_lo, v_hi.index(last * V_SLOT), v_lo.index(last * V_SLOT), acc)
     acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))
     mbarrier.arrive(v_empty.index(last))
     return acc, l_i
@@ -259,22 +270,24 @@ def _take(ring, full, free, i, lay: gl.constexpr):
 
 @gluon.jit
 def _gemm_geom(kind, l, m, n, s, M: gl.constexpr, D: gl.constexpr, K_CHUNK_O: gl.constexpr,
-               K_CHUNK_FFN2: gl.constexpr):
+               K_CHUNK_FFN2: gl.constexpr, BN: gl.constexpr):
     """GEMM task (kind, layer l, tile (m, n), K split s): K of the GEMM, its split's first K column k0, its K steps
-    and the first row of its weight slab's K range in the [L * N / 64 * K, 64] view of the slabs."""
+    and the first row of its weight slab's K range in the [L * N / BN * K, BN] view of the slabs (BN = block_n:
+    column tile n is slab n, host._slabs)."""
     K = gl.where(kind == 6, 4 * D, D)
     N = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
     kc = gl.where(kind == 3, K_CHUNK_O, gl.where(kind == 6, K_CHUNK_FFN2, K))
     k0 = s * kc
     k_end = gl.minimum(k0 + kc, K)
     steps = (k_end - k0 + T64 - 1) // T64
-    wrow = (l * ((N + T64 - 1) // T64) + n) * K + k0
+    wrow = (l * ((N + BN - 1) // BN) + n) * K + k0
     return k0, steps, wrow
 
 
 @gluon.jit
 def _ring_views(ring, SCHEME: gl.constexpr):
-    """The ring's four [STAGES, 64, 64] tiles as the scheme's element type (bf16; f16_w1: fp16, same bytes)."""
+    """The ring's four tiles ([STAGES, 64, 64] A, [STAGES, 64, BN] W) as the scheme's element type (bf16; f16_w1:
+    fp16, same bytes)."""
     a_hi, a_lo, w_hi, w_lo = ring
     if SCHEME == "f16_w1":
         a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
@@ -282,6 +295,17 @@ def _ring_views(ring, SCHEME: gl.constexpr):
         w_hi = w_hi._reinterpret(gl.float16, w_hi.shape, w_hi.layout)
         w_lo = w_lo._reinterpret(gl.float16, w_lo.shape, w_lo.layout)
     return a_hi, a_lo, w_hi, w_lo
+
+
+@gluon.jit
+def _v_views(w_hi, w_lo, STAGES: gl.constexpr, BN: gl.constexpr):
+    """The attention's v tiles in the W ring: BN = 64 the ring itself; BN = 128 the ring's bytes as [2 * STAGES, 64,
+    64] tiles (slot s's v at index 2s: the first 8 KB of slot s's 16 KB W hi (W lo) tile, written by TMA and read by
+    wgmma through this one view, so the result does not depend on how a [64, 128] tile is laid out)."""
+    if BN != T64:
+        w_hi = w_hi._reinterpret(gl.bfloat16, [STAGES * (BN // T64), T64, T64], w_hi.layout)
+        w_lo = w_lo._reinterpret(gl.bfloat16, [STAGES * (BN // T64), T64, T64], w_lo.layout)
+    return w_hi, w_lo
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -304,11 +328,12 @@ def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr):
 
 
 @gluon.jit
-def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr):
+def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr,
+              BN: gl.constexpr):
     """Before the task's wait: claim its first min(STAGES, steps) slots and issue their weight tiles (the weights
     are written once by prepare: no dependency). Returns how many."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
-    NB: gl.constexpr = (4 if SCHEME == "bf16x3" else 3) * T64 * T64 * 2
+    NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     pre = gl.minimum(steps, STAGES)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
@@ -318,11 +343,12 @@ def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.con
 
 @gluon.jit
 def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps, wrow, k0, row0,
-               M: gl.constexpr, D: gl.constexpr, SCHEME: gl.constexpr, STAGES: gl.constexpr):
+               M: gl.constexpr, D: gl.constexpr, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr):
     """After the wait: the A tiles of the claimed slots, then the remaining K steps (claim, weights, A). A's K
-    column k lives in column block k // D of the [K // D * M, D] view (FFN2's [4, M, D])."""
+    column k lives in column block k // D of the [K // D * M, D] view (FFN2's [4, M, D]). A weight tile is one
+    64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
-    NB: gl.constexpr = (4 if SCHEME == "bf16x3" else 3) * T64 * T64 * 2
+    NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
@@ -339,10 +365,14 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
 
 @gluon.jit
 def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb,
-                B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+                B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                BN: gl.constexpr):
     """Attention task (layer l, batch b, head h, query block qb): q hi/lo into the q buffer (once the consumer is
-    done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot."""
+    done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot (v in
+    the first 64 × 64 tile of the slot's W part: ``_v_views``)."""
     a_hi, a_lo, w_hi, w_lo = ring
+    VS: gl.constexpr = BN // T64
+    w_hi, w_lo = _v_views(w_hi, w_lo, STAGES, BN)
     q_hi, q_lo = q_buf
     BHS: gl.constexpr = B * H * S
     qrow = l * (3 * BHS) + (b * H + h) * S          # [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]: q of (b, h)
@@ -361,8 +391,8 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
         slot = _claim(ready, empty, g + j, 4 * T64 * T64 * 2, STAGES)
         tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot))
         tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot))
-        tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot))
-        tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot))
+        tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot * VS))
+        tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot * VS))
     return g + nkv
 
 
@@ -393,7 +423,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
             SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
-            GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr):
+            GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -414,16 +444,16 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         c = gl.load(row + 4)
         _stamp(trace_ptr, t, 0, TRACE, lay, 32)
         ln = (kind == 0) | (kind == 4) | (kind == 7)
-        k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2)
+        k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N)
         pre = steps * 0
         if kind == 1:
-            pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES)
+            pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES, BLOCK_N)
         elif kind == 3:
-            pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES)
+            pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N)
         elif kind == 5:
-            pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES)
+            pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N)
         elif kind == 6:
-            pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES)
+            pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
             _put(tids, tid_full, tid_free, i, t, kind, l, a, b, c, lay)   # which comes only after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
@@ -435,19 +465,19 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         row0 = a * T64
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_QKV, STAGES)
+                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N)
         elif kind == 3:
             g = _gemm_rest(att_hi_d, att_lo_d, wo_hi_d, wo_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_O, STAGES)
+                           row0, M, D, SCHEME_O, STAGES, BLOCK_N)
         elif kind == 5:
             g = _gemm_rest(ln2_hi_d, ln2_lo_d, w1_hi_d, w1_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN1, STAGES)
+                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N)
         elif kind == 6:
             g = _gemm_rest(f_hi_d, f_lo_d, w2_hi_d, w2_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN2, STAGES)
+                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N)
         elif kind == 2:
             g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, a, b, c,
-                            B, S, H, CAUSAL, STAGES)
+                            B, S, H, CAUSAL, STAGES, BLOCK_N)
             na += 1
         i += 1
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
@@ -504,8 +534,9 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
 
 
 @gluon.jit
-def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):
-    """acc [64, 64] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
+def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
+              mma: gl.constexpr):
+    """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
 
@@ -516,7 +547,7 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     their accumulator are the same (kk = 0 ignored the zeros)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
-    acc = gl.zeros([T64, T64], gl.float32, layout=mma)
+    acc = gl.zeros([T64, BN], gl.float32, layout=mma)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
     acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME)
@@ -536,15 +567,16 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
 
 @gluon.jit
 def _qkv_epilogue(acc, l, row0, col0, b_ptr, q_hi_ptr, q_lo_ptr, B: gl.constexpr, S: gl.constexpr,
-                  D: gl.constexpr, H: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
-    """kernel.py ``_qkv_epilogue``: + bias, split bf16, stored head-major ([L, 3, B, H, S, 64])."""
+                  D: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
+    """kernel.py ``_qkv_epilogue``: + bias, split bf16, stored head-major ([L, 3, B, H, S, 64]); per column its part
+    and head (a 128-wide tile spans two heads, or the end of one part and the start of the next)."""
     M: gl.constexpr = B * S
     N: gl.constexpr = 3 * D
     DH: gl.constexpr = T64
-    cn = col0 + gl.arange(0, T64, layout=gl.SliceLayout(0, mma))
+    cn = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
     acc = acc + gl.load(b_ptr + l * N + cn, mask=cn < N, other=0.0)[None, :]
     rows = row0 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
-    cols = col0 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
+    cols = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out))
     part = cols // D
     hd = (cols - part * D) // DH
     col_off = part * (M * D) + hd * (S * DH) + (cols - part * D - hd * DH)
@@ -557,30 +589,31 @@ def _qkv_epilogue(acc, l, row0, col0, b_ptr, q_hi_ptr, q_lo_ptr, B: gl.constexpr
 
 @gluon.jit
 def _ffn1_epilogue(acc, l, row0, col0, b_ptr, f_hi_ptr, f_lo_ptr, M: gl.constexpr, D: gl.constexpr,
-                   SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
+                   SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
+                   out: gl.constexpr):
     """kernel.py ``_ffn1_epilogue``: + bias, GELU, split (FFN2's scheme), stored into [4, M, D] (column c in block
     c // D)."""
     F: gl.constexpr = 4 * D
-    cn = col0 + gl.arange(0, T64, layout=gl.SliceLayout(0, mma))
+    cn = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
     acc = acc + gl.load(b_ptr + l * F + cn, mask=cn < F, other=0.0)[None, :]
     if GELU == "log2poly":
         acc = _gelu_log2poly(acc)
     else:
         acc = 0.5 * acc * (1.0 + gl.erf(acc * 0.7071067811865476))
     rows = row0 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
-    cols = col0 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
+    cols = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out))
     offs = rows[:, None] * D + ((cols // D) * (M * D) + cols % D)[None, :]
     mask = (rows < M)[:, None] & (cols < F)[None, :]
     _store_split(f_hi_ptr, f_lo_ptr, offs, mask, acc, SCHEME_FFN2, out)
 
 
 @gluon.jit
-def _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, M: gl.constexpr, D: gl.constexpr,
+def _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, M: gl.constexpr, D: gl.constexpr, BN: gl.constexpr,
                        acc_out: gl.constexpr):
     """kernel.py ``_residual_epilogue``: r[tile] += acc (+ bias on K split 0), relaxed gpu-scope fp32 atomics."""
     acc = gl.convert_layout(acc, acc_out)
     rows = row0 + gl.arange(0, T64, layout=gl.SliceLayout(1, acc_out))
-    cols = col0 + gl.arange(0, T64, layout=gl.SliceLayout(0, acc_out))
+    cols = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_out))
     bias = gl.load(b_ptr + l * D + cols, mask=cols < D, other=0.0)
     acc = acc + gl.where(s == 0, bias, 0.0)[None, :]
     gl.atomic_add(r_ptr + rows[:, None] * D + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < D)[None, :],
@@ -593,44 +626,45 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr,
                K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
-               GELU: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
+               GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
                acc_out: gl.constexpr):
-    """A GEMM task: the K loop of its scheme (one body per scheme in use), then its kind's epilogue."""
+    """A GEMM task (a 64 × BN tile): the K loop of its scheme (one body per scheme in use), then its kind's
+    epilogue. ``mma``: the [64, BN] accumulator's wgmma layout."""
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
     ANY_BF: gl.constexpr = ((SCHEME_QKV == "bf16x3") or (SCHEME_O == "bf16x3") or (SCHEME_FFN1 == "bf16x3")
                             or (SCHEME_FFN2 == "bf16x3"))
-    k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2)
+    k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN)
     f16 = (((kind == 1) & (SCHEME_QKV == "f16_w1")) | ((kind == 3) & (SCHEME_O == "f16_w1"))
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, mma)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, mma)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, mma)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, mma)
     row0 = m * T64
-    col0 = n * T64
+    col0 = n * BN
     if kind == 1:
-        _qkv_epilogue(acc, l, row0, col0, bqkv_ptr, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, mma, out)
+        _qkv_epilogue(acc, l, row0, col0, bqkv_ptr, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
     elif kind == 5:
-        _ffn1_epilogue(acc, l, row0, col0, b1_ptr, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, mma, out)
+        _ffn1_epilogue(acc, l, row0, col0, b1_ptr, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
     else:
         b_ptr = b2_ptr
         if kind == 3:
             b_ptr = bo_ptr
-        _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, M, D, acc_out)
+        _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, M, D, BN, acc_out)
     return g
 
 
 @gluon.jit
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
-               STAGES: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
+               STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -640,8 +674,10 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     p·v of j − 1 runs, then acc · alpha_j; per block still acc_j = acc_{j−1} · alpha_j + p_j·v_j, the same operations
     on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
     alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
-    freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2)."""
+    freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2); with 128-wide GEMM tiles
+    v is the first 64 × 64 tile of the slot's W part (``_v_views``, the loader's view too)."""
     a_hi, a_lo, w_hi, w_lo = ring
+    w_hi, w_lo = _v_views(w_hi, w_lo, STAGES, BN)
     q_hi, q_lo = q_buf
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
@@ -657,7 +693,7 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
     acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
-                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a)
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
@@ -723,12 +759,15 @@ def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_f
               BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
               K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
-              GELU: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+              GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
+              num_warps: gl.constexpr):
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                  instr_shape=[16, T64, 16])
+                                                  instr_shape=[16, T64, 16])   # attention (n = 64)
+    mma_g: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, BLOCK_N, 16])  # GEMM tiles (n = block_n)
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
@@ -743,12 +782,13 @@ def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_f
                      SCHEME_QKV, SCHEME_FFN1, lnl)
         elif kind == 2:
             g = _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, mma, out)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, BLOCK_N, mma, out)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr,
                            f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
-                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, mma, out, acc_out)
+                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, mma_g, out,
+                           acc_out)
         # the task's generic stores / atomics: proxy-fenced (TMA reads them elsewhere), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
         _proxy_fence(lay, NT)
@@ -793,7 +833,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
 @gluon.jit(do_not_specialize=["n_tasks", "epoch", "spin_limit"])
 def dag_ws_fwd(
     ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,   # A operands: [rows, D], box 64²
-    wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d,   # weight slabs [L*N/64*K, 64]
+    wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d,   # slabs [L*N/BN*K, BN], box 64×BN
     qkv_hi_d, qkv_lo_d,                                                           # q|k|v [L*3*B*H*S, 64]
     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
@@ -805,14 +845,15 @@ def dag_ws_fwd(
     K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
-    GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr,
+    GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
     LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
+    lw: gl.constexpr = wqkv_hi_d.layout      # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt)
     a_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
     a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
-    w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
-    w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
+    w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, BLOCK_N], lw)
+    w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, BLOCK_N], lw)
     q_hi = gl.allocate_shared_memory(gl.bfloat16, [T64, T64], lt)
     q_lo = gl.allocate_shared_memory(gl.bfloat16, [T64, T64], lt)
     bl: gl.constexpr = mbarrier.MBarrierLayout()
@@ -847,11 +888,11 @@ def dag_ws_fwd(
                      ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
                      ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
                      BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
-                     SCHEME_FFN2, GELU, STAGES, TRACE, num_warps)),
+                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps)),
         (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                    goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                    K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS, MAX_SIGNALS,
-                   TASK_WIDTH, GOALS_IN_ROW, STAGES, TRACE)),
+                   TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE)),
         (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE)),
     ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
 
@@ -873,16 +914,60 @@ class WsUnsupported(Unsupported, ValueError):
 
 
 # the tile parameters the WS kernel fixes at 64 (``check_ws_params``)
-TILE_PARAMS = ("block_m", "block_k", "block_q", "block_kv", "block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
+TILE_PARAMS = ("block_m", "block_k", "block_q", "block_kv")
+# the GEMM tile widths: 64 or 128, the same for all four kinds (one accumulator shape, one weight ring)
+BLOCK_N_PARAMS = ("block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
+BLOCK_NS = (TILE, 2 * TILE)
+SHARED_LIMIT = 232448          # bytes of shared memory one CTA may use on an sm_90 SM (227 KB)
+# shared memory besides the ring and the q buffer (the epilogues' layout-conversion scratch, the mbarriers, the
+# hand-over rings): measured on the sm_90a compile, the same at block_n 64 and 128 (tests/test_dag_ws_kernel.py)
+SHARED_OTHER = 16772
+
+
+def ws_shared_bytes(stages: int, block_n: int) -> int:
+    """Shared memory of the WS kernel: ``stages`` ring slots of A hi/lo 64 × 64 and W hi/lo 64 × block_n (bf16 or
+    fp16: 32 KB at block_n 64, 48 KB at 128), the q buffer (16 KB) and ``SHARED_OTHER``: what the sm_90a compile
+    reports at 3 and 4 slots (164228 at block_n 64 and 4 slots, 229764 at 128 and 4 slots; 2 slots: 128 bytes
+    less)."""
+    return stages * (2 * TILE * TILE + 2 * TILE * block_n) * 2 + 2 * TILE * TILE * 2 + SHARED_OTHER
+
+
+def max_ws_stages(block_n: int) -> int:
+    """The most ring slots (2-4) that fit one CTA per SM at this block_n (4 at both 64 and 128)."""
+    return max(s for s in (2, 3, 4) if ws_shared_bytes(s, block_n) <= SHARED_LIMIT)
+
+
+def _check_stages(stages: int, block_n: int, err) -> None:
+    if not 2 <= stages <= 4:
+        raise err(f"dag: form ws: ws_stages={stages}: 2 to 4 ring slots")
+    if ws_shared_bytes(stages, block_n) > SHARED_LIMIT:
+        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}: {ws_shared_bytes(stages, block_n)} "
+                  f"bytes of shared memory > {SHARED_LIMIT} (one CTA per SM; a ring slot is "
+                  f"{(2 * TILE * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
+                  f"{max_ws_stages(block_n)} or less")
 
 
 def check_ws_params(o: dict) -> None:
     """``form: ws``: raise ``ParameterError`` naming the parameter and the fix for a dag parameter set (``host.
-    check_params``'s) the WS kernel does not run: every tile parameter 64, ``queue: queue``. Pure Python: the CPU
-    refuses a wrong configuration before it refuses the form itself."""
+    check_params``'s) the WS kernel does not run: block_m, block_k, block_q, block_kv 64; the four block_n 64 or 128,
+    all the same; ``ws_stages`` that fit shared memory at that block_n (``ws_shared_bytes`` <= ``SHARED_LIMIT``:
+    2-4 at 64 and at 128, where 4 slots leave 2.6 KB);
+    ``queue: queue``. Pure Python: the CPU refuses a wrong configuration before it refuses the form itself."""
     for k in TILE_PARAMS:
         if o[k] != TILE:
             raise ParameterError(f"dag: form ws needs {k} {TILE} (got {o[k]!r}): set form: tl or {k}: {TILE}")
+    for k in BLOCK_N_PARAMS:
+        if o[k] not in BLOCK_NS:
+            raise ParameterError(f"dag: form ws needs {k} 64 or 128 (got {o[k]!r}): set form: tl or {k}: 64 "
+                                 "(or 128)")
+    widths = [o[k] for k in BLOCK_N_PARAMS]
+    common = max(widths, key=widths.count)          # the most common width (a tie: block_n_qkv's)
+    for k in BLOCK_N_PARAMS:
+        if o[k] != common:
+            raise ParameterError(f"dag: form ws needs {k} {common} as the other GEMMs' (got {o[k]!r}; one width for "
+                                 f"all four, 64 or 128: {dict(zip(BLOCK_N_PARAMS, widths))}): set form: tl or {k}: "
+                                 f"{common}")
+    _check_stages(o["ws_stages"], common, ParameterError)
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
@@ -890,19 +975,20 @@ def check_ws_params(o: dict) -> None:
 
 def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None) -> None:
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
-    run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 or is not a multiple of 64."""
+    run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one block_n below the others)
+    or is not a multiple of 64."""
     need = dict(BLOCK_M=TILE, BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
     for k, v in need.items():
         if meta[k] != v:
             raise WsUnsupported(f"dag: form ws: {k}={meta[k]}: the WS kernel's tiles are {TILE} (block_m, block_k, "
                                 f"block_q, block_kv = {TILE} and head dim {TILE}; S={meta['S']}, D={meta['D']}, "
                                 f"H={meta['H']}); set form: tl")
-    names = ("block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
-    for name, site in zip(names, ("SITE_QKV", "SITE_O", "SITE_FFN1", "SITE_FFN2")):
-        bn = meta["SITE_BLOCK_N"][meta[site]]
-        if bn != TILE:
-            raise WsUnsupported(f"dag: form ws: {name}={bn} (block_n {meta['SITE_BLOCK_N']}): every GEMM's block_n "
-                                f"must be {TILE} (case 12's tuned file sets 128): set form: tl or {name}: {TILE}")
+    bns = [meta["SITE_BLOCK_N"][meta[site]] for site in ("SITE_QKV", "SITE_O", "SITE_FFN1", "SITE_FFN2")]
+    for name, bn in zip(BLOCK_N_PARAMS, bns):
+        if bn not in BLOCK_NS or bn != bns[0]:
+            raise WsUnsupported(f"dag: form ws: {name}={bn} (block_n {dict(zip(BLOCK_N_PARAMS, bns))} after the "
+                                f"case's clamp, D={meta['D']}): every GEMM's block_n must be 64 or 128, the same for "
+                                f"all four: set form: tl or {name}: {bns[0] if bns[0] in BLOCK_NS else TILE}")
     if meta["S"] % TILE or (meta["B"] * meta["S"]) % TILE or meta["D"] % TILE:
         raise WsUnsupported(f"dag: form ws: S={meta['S']}, D={meta['D']}: must be multiples of {TILE}; set form: tl")
     if meta["MAX_WAITS"] > 32 or meta["MAX_SIGNALS"] > 32:
@@ -919,40 +1005,41 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
 
 def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, loader_regs: int = LOADER_REGS_DEFAULT,
             signal_regs: int = SIGNAL_REGS_DEFAULT) -> dict:
-    """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``)."""
+    """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the GEMM tiles'
+    width (``check_supported``: one for all four kinds), ``stages`` checked against shared memory at it."""
     check_supported(meta)
-    if not 2 <= stages <= 4:
-        raise WsUnsupported(f"dag: form ws: ws_stages={stages}: 2 to 4 ring slots (4 x 32 KB + the q buffer fit "
-                            "one CTA)")
+    block_n = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
+    _check_stages(stages, block_n, WsUnsupported)
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
                 BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
                 K_CHUNK_O=meta["K_CHUNK_O"], K_CHUNK_FFN2=meta["K_CHUNK_FFN2"],
                 SCHEME_QKV=meta["SCHEME_QKV"], SCHEME_O=meta["SCHEME_O"], SCHEME_FFN1=meta["SCHEME_FFN1"],
                 SCHEME_FFN2=meta["SCHEME_FFN2"], GELU=meta["GELU"], MAX_WAITS=meta["MAX_WAITS"],
                 MAX_SIGNALS=meta["MAX_SIGNALS"], TASK_WIDTH=meta["TASK_WIDTH"],
-                GOALS_IN_ROW=meta["WAIT"] == "parallel", STAGES=stages, TRACE=bool(trace),
+                GOALS_IN_ROW=meta["WAIT"] == "parallel", STAGES=stages, BLOCK_N=block_n, TRACE=bool(trace),
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, num_warps=4)
 
 
-def _smem_layout():
-    return gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+def _smem_layout(cols: int = TILE):
+    return gl.NVMMASharedLayout.get_default_for([TILE, cols], gl.bfloat16)
 
 
 def descriptors(tensors: dict) -> list:
     """TMA descriptors over today's buffers and weight slabs (``DagPrepared.tensors``), in the kernel's order: the
-    A operands as [rows, D] (FFN2's [4, M, D] as [4M, D]), the weight slabs [L, N/64, K, 64] as [L*N/64*K, 64],
-    q|k|v [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]; every box 64 × 64 (one NVMMA layout: bf16 and fp16 alike)."""
+    A operands as [rows, D] (FFN2's [4, M, D] as [4M, D]), the weight slabs [L, N/BN, K, BN] as [L*N/BN*K, BN]
+    (BN = block_n, the slabs' last dim), q|k|v [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]; every box 64 × 64 but the
+    weights' 64 × BN (one NVMMA layout, 128-byte swizzle: bf16 and fp16 alike, 64 or 128 columns)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    lay = _smem_layout()
 
-    def desc(t):
+    def desc(t, cols=TILE):
         t2 = t.reshape(-1, t.shape[-1])
-        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [TILE, TILE], lay)
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [TILE, cols], _smem_layout(cols))
     out = []
     for n in A_BUFS:
         out += [desc(tensors[f"{n}_hi_ptr"]), desc(tensors[f"{n}_lo_ptr"])]
     for n in W_BUFS:
-        out += [desc(tensors[f"{n}_hi_ptr"]), desc(tensors[f"{n}_lo_ptr"])]
+        bn = tensors[f"{n}_hi_ptr"].shape[-1]
+        out += [desc(tensors[f"{n}_hi_ptr"], bn), desc(tensors[f"{n}_lo_ptr"], bn)]
     out += [desc(tensors["qkv_hi_ptr"]), desc(tensors["qkv_lo_ptr"])]
     return out
 
