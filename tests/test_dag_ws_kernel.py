@@ -450,8 +450,7 @@ def test_ws_launch_goes_direct_after_the_first_with_the_jit_arguments(compiled_c
                        descs=W.descriptors(fake),
                        ptrs=[_Dev(next(bufs)) for _ in W.POINTERS[3:]], r=_Dev(next(bufs)), n_tasks=6720,
                        spin_limit=1000, epoch=0, epoch_limit=10**6, err_seen=0, kernel=None, direct=True,
-                       direct_launch=None, direct_error=None, _xy_dtype=None, _dev=None, _stream=None, _ptr_objs=(),
-                       _ptr_vals=[],
+                       direct_launch=None, direct_error=None, _xy_dtype=None, _dev=None, _stream=None, _ptr_vals=[],
                        **{n: _Dev(next(bufs)) for n in ("tab", "ctr", "goal", "head", "err", "trace")})
     x, y = _Dev(1 << 32), _Dev(1 << 33)
     ws.launch(x, y)
@@ -470,9 +469,9 @@ def test_ws_launch_goes_direct_after_the_first_with_the_jit_arguments(compiled_c
     ws.launch(x, y)
     assert calls[-2][0] == "jit"
     ws.direct = True
-    ws.ctr = _Dev(next(bufs))                                                    # a replaced counter tensor
-    ws.launch(x, y)
+    ws.launch(x, y)                                    # the control tensors' addresses, resolved once at the compile
     assert calls[-1][0] == "launcher" and calls[-1][1][13 + n_desc + len(W.POINTERS) + 1] == ws.ctr.ptr
+    assert calls[-1][1][13 + n_desc + 2] == ws.r.ptr and calls[-1][1][13 + n_desc + len(W.POINTERS)] == ws.tab.ptr
     from triton import knobs
     hooks = knobs.HookChain()
     hooks.add(lambda md: None)

@@ -63,7 +63,9 @@ class WsDag(WsRunner):
     wait."""
 
     def __init__(self, p, stages: int = STAGES_DEFAULT, grid: int = 0, trace: bool = False,
-                 spin_limit: int | None = None, direct: bool = True):
+                 spin_limit: int | None = None, direct: bool = True, share: "WsDag | None" = None):
+        """``share``: another instance on the same ``p`` whose counters, queue head and epochs this one continues
+        (the harness's traced instance after the timed one)."""
         import torch
         dev = p.ctr.device
         if dev.type != "cuda":
@@ -72,11 +74,11 @@ class WsDag(WsRunner):
         grid = grid or n_sm
         check_supported(p.meta, grid, n_sm)
         n_tasks = len(p.graph.tasks)
-        super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace), grid, torch.zeros_like(p.ctr),
-                         torch.zeros_like(p.head), torch.zeros_like(p.err),
+        ctr, head = (share.ctr, share.head) if share else (torch.zeros_like(p.ctr), torch.zeros_like(p.head))
+        super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace), grid, ctr, head, torch.zeros_like(p.err),
                          torch.zeros(*((n_tasks, 5) if trace else (1,)), dtype=torch.int64, device=dev), direct)
         self.spin_limit = p.spin_limit if spin_limit is None else spin_limit
-        self.epoch = 0
+        self.epoch = share.epoch if share else 0
         self.epoch_limit = epoch_limit(p.graph.goals, self.n_tasks, self.grid)
         self.err_seen = 0
 
@@ -418,8 +420,8 @@ def run_case(case_id: str, args, recs: list) -> None:
     rec["jit_path"] = {k: jit[k] for k in ("median_us", "host_us_per_launch", "host_bound")}
 
     if args.trace:  # traced launches of each (host.task_profile's per-kind split of the last one)
-        tr = WsDag(p, stages=args.stages, grid=args.grid, trace=True, direct=not args.jit_launch)
-        tr.ctr, tr.head, tr.epoch = ws.ctr, ws.head, ws.epoch   # continue the epochs of the timed kernel
+        tr = WsDag(p, stages=args.stages, grid=args.grid, trace=True, direct=not args.jit_launch,
+                   share=ws)   # continue the counters and epochs of the timed kernel
         for _ in range(2):
             tr.launch(x, y1)
         if finish_or_report(tr, args.hang_s) is not None:

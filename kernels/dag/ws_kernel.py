@@ -103,6 +103,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from ..common import task_sync
+from ..common.tl_helpers import GELU_Q0, GELU_Q1, GELU_Q2, GELU_Q3, GELU_Q4, GELU_Q5  # log2 Phi(-u): the one fit
 from ..registry import Unsupported
 from ..validate import ParameterError
 
@@ -122,13 +123,6 @@ _NOW = gl.constexpr("mov.u64 $0, %globaltimer;")
 _SMID = gl.constexpr("mov.u32 $0, %smid;")
 _EX2 = gl.constexpr("ex2.approx.ftz.f32 $0, $1;")
 
-# kernels/common/tl_helpers.py GELU_Q*: log2 Phi(-u), highest power first
-GELU_Q5 = gl.constexpr(-0.0003356065178156923)
-GELU_Q4 = gl.constexpr(0.006050093726838906)
-GELU_Q3 = gl.constexpr(-0.04913339793466209)
-GELU_Q2 = gl.constexpr(-0.46296296401975784)
-GELU_Q1 = gl.constexpr(-1.1494567479655073)
-GELU_Q0 = gl.constexpr(-1.00021732392041)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1154,8 +1148,7 @@ class WsRunner:
         self._xy_dtype = None
         self._dev = None
         self._stream = None
-        self._ptr_objs = ()           # the tensors whose data_ptr ints the direct launch passes (rebuilt if replaced)
-        self._ptr_vals = []
+        self._ptr_vals = []           # the direct launch's data_ptr ints after x and y (``_adopt``)
 
     def args(self, x, y, epoch: int, spin_limit: int) -> list:
         """The JIT path's runtime arguments in signature order (the constexprs go as keywords: ``meta``)."""
@@ -1177,6 +1170,9 @@ class WsRunner:
         self._xy_dtype = x.dtype if x.dtype == y.dtype else None
         self._dev = x.device.index
         if self.direct and (x.data_ptr() | y.data_ptr()) & 15 == 0:
+            # r, the other buffers and the control tensors live as long as the runner: their addresses once
+            self._ptr_vals = [t.data_ptr() for t in (self.r, *self.ptrs, self.tab, self.ctr, self.goal, self.head,
+                                                     self.err, self.trace)]
             try:
                 self.direct_launch = DirectLaunch(k, self.descs, [self.meta[n] for n in CONSTEXPRS])
                 self._stream = triton.runtime.driver.active.get_current_stream
@@ -1196,22 +1192,13 @@ class WsRunner:
                 and _no_launch_hooks()):
             xp, yp = x.data_ptr(), y.data_ptr()
             if not (xp | yp) & 15:
-                d(self.grid, self._stream(self._dev), [xp, yp, *self._fixed_ptrs()],
+                d(self.grid, self._stream(self._dev), [xp, yp, *self._ptr_vals],
                   [self.n_tasks, max(1, epoch), spin_limit, self.qk_scale])
                 return self.kernel
         k = dag_ws_fwd[(self.grid, )](*self.args(x, y, epoch, spin_limit), **self.meta)
         if self.kernel is None:
             self._adopt(k, x, y)
         return k
-
-    def _fixed_ptrs(self) -> list:
-        """data_ptr ints of r, the other buffers and the control tensors (cached; rebuilt when one was replaced, as
-        the lab harness's traced instance takes the timed instance's counters)."""
-        objs = (self.r, *self.ptrs, self.tab, self.ctr, self.goal, self.head, self.err, self.trace)
-        if len(objs) != len(self._ptr_objs) or any(a is not b for a, b in zip(objs, self._ptr_objs)):
-            self._ptr_objs = objs
-            self._ptr_vals = [t.data_ptr() for t in objs]
-        return self._ptr_vals
 
     def check_shared(self) -> dict:
         """Shared memory of the compiled kernel against the device's per-block limit (one CTA per SM)."""
