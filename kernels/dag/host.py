@@ -31,7 +31,8 @@ CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, 
                check=("sync", "lazy"), trace=(False, True),
                cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"), form=FORMS)
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
-        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages", "ws_stages")
+        "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages", "ws_stages",
+        "ws_consumers")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -75,6 +76,8 @@ def check_params(params: dict) -> dict:
     if not 2 <= o["ws_stages"] <= 4:
         raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2, 3 or 4 (form ws's ring slots: 32 KB each at block_n "
                              "64, 48 KB at 128; 4 and the q buffer fit one CTA per SM: ws_kernel.ws_shared_bytes)")
+    if o["ws_consumers"] not in (1, 2):
+        raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o
 
 
@@ -418,11 +421,12 @@ def _prepare_ws(p: DagPrepared, n_sm: int, programs: int) -> None:
     from .ws_kernel import WsRunner, check_supported, ws_meta
     o = p.params
     check_supported(p.meta, p.grid, n_sm)
-    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"])
+    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"])
     r = WsRunner(p, meta, p.grid, p.ctr, p.head, p.err, p.trace)
     p.kernel = r.compile()
     p.info.update(r.check_shared())
-    p.info.update(graph_programs=programs, ws_stages=o["ws_stages"], registers=p.kernel.n_regs,
+    p.info.update(graph_programs=programs, ws_stages=o["ws_stages"], ws_consumers=o["ws_consumers"],
+                  registers=p.kernel.n_regs,
                   spills=getattr(p.kernel, "n_spills", None), occupancy=1, launch_path=r.launch_path())
     p.ws = r
 

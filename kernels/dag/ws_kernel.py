@@ -111,7 +111,7 @@ TILE = 64                      # every tile edge (host side): GEMM rows / column
 T64 = gl.constexpr(TILE)
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
-FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, -, -)
+FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, -)
 
 # one lane per counter: ld.acquire.gpu of the counter ($1) until >= $2, at most $3 polls; $0 = 1 on timeout
 _POLL = gl.constexpr("{ .reg .pred q; .reg .b32 v, n;\n\tmov.b32 $0, 0;\n\t" + task_sync._POLL_LOOP)
@@ -238,28 +238,32 @@ def _field(v, idx, j: gl.constexpr):
 
 
 @gluon.jit
-def _put(ring, full, free, i, t, kind, l, a, b, c, lay: gl.constexpr):
-    """Hand a task (id t and its row fields) over: turn i of a 2-slot ring, once its slot is free (an mbarrier
-    starts with phase 1 complete: the first pass over the ring does not wait)."""
-    mbarrier.wait(free.index(i % 2), ((i // 2) & 1) ^ 1)
+def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, lay: gl.constexpr):
+    """Hand a task (id t, its row fields and its first ring step g) over: turn i of the 2-slot ring at slots base,
+    base + 1 (one per consumer), once its slot is free (an mbarrier starts with phase 1 complete: the first pass over
+    the ring does not wait)."""
+    q = base + i % 2
+    mbarrier.wait(free.index(q), ((i // 2) & 1) ^ 1)
     idx = gl.arange(0, FIELDS, layout=lay)
     v = gl.where(idx == 0, t, gl.where(idx == 1, kind, gl.where(idx == 2, l, gl.where(
-        idx == 3, a, gl.where(idx == 4, b, gl.where(idx == 5, c, 0))))))
-    ring.index(i % 2).store(v)
+        idx == 3, a, gl.where(idx == 4, b, gl.where(idx == 5, c, gl.where(idx == 6, g, 0)))))))
+    ring.index(q).store(v)
     gl.thread_barrier()  # every storing thread before the elected arrive (Triton adds one too)
-    mbarrier.arrive(full.index(i % 2))
+    mbarrier.arrive(full.index(q))
 
 
 @gluon.jit
-def _take(ring, full, free, i, lay: gl.constexpr):
-    """The task of turn i of a 2-slot ring (``_put``): (t, kind, l, a, b, c); the slot handed back."""
-    mbarrier.wait(full.index(i % 2), (i // 2) & 1)
+def _take(ring, full, free, base, i, lay: gl.constexpr):
+    """The task of turn i of the 2-slot ring at slots base, base + 1 (``_put``): (t, kind, l, a, b, c, g); the slot
+    handed back."""
+    q = base + i % 2
+    mbarrier.wait(full.index(q), (i // 2) & 1)
     idx = gl.arange(0, FIELDS, layout=lay)
-    v = ring.index(i % 2).load(lay)
+    v = ring.index(q).load(lay)
     gl.thread_barrier()  # every thread has read the slot before it is handed back
-    mbarrier.arrive(free.index(i % 2))
+    mbarrier.arrive(free.index(q))
     return (_field(v, idx, 0), _field(v, idx, 1), _field(v, idx, 2), _field(v, idx, 3), _field(v, idx, 4),
-            _field(v, idx, 5))
+            _field(v, idx, 5), _field(v, idx, 6))
 
 
 @gluon.jit
@@ -417,7 +421,8 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
             SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
-            GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
+            GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
+            CONSUMERS: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -426,10 +431,15 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
     nprog = gl.num_programs(0)
     base = (epoch - 1) * (n_tasks + nprog)   # every launch takes n_tasks + grid tickets (one empty per program)
     t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
-    i = 0
-    g = 0
-    na = 0
+    q_hi, q_lo = q_buf
+    i = 0       # tasks taken: task i goes to consumer i % CONSUMERS, its turn i // CONSUMERS there
+    g = 0       # ring steps issued
+    na0 = 0     # attention tasks handed to consumer 0 (1): the phases of its q buffer
+    na1 = 0
     while t < n_tasks:
+        cid = i % CONSUMERS
+        turn = i // CONSUMERS
+        g0 = g
         row = tab_ptr + t * TASK_WIDTH
         kind = gl.load(row)
         l = gl.load(row + 1)
@@ -449,13 +459,14 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         elif kind == 6:
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
-            _put(tids, tid_full, tid_free, i, t, kind, l, a, b, c, lay)   # which comes only after the wait)
+            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, lay)   # which comes only
+            #                                                                         after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
                        lane, MAX_WAITS, GOALS_IN_ROW)
         _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
-            _put(tids, tid_full, tid_free, i, t, kind, l, a, b, c, lay)
+            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, lay)
         row0 = a * T64
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
@@ -470,12 +481,16 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             g = _gemm_rest(f_hi_d, f_lo_d, w2_hi_d, w2_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
                            row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N)
         elif kind == 2:
-            g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, a, b, c,
-                            B, S, H, CAUSAL, STAGES, BLOCK_N)
-            na += 1
+            na = na0 + (na1 - na0) * cid
+            g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
+                            q_ready.index(cid), q_empty.index(cid), g, na, l, a, b, c, B, S, H, CAUSAL, STAGES,
+                            BLOCK_N)
+            na0 += 1 - cid
+            na1 += cid
         i += 1
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
-    _put(tids, tid_full, tid_free, i, -1, 0, 0, 0, 0, 0, lay)   # the end: the consumer passes it on
+    for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
+        _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, lay)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -754,7 +769,7 @@ def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_f
               K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
-              num_warps: gl.constexpr):
+              num_warps: gl.constexpr, CID: gl.constexpr):
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -765,17 +780,20 @@ def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_f
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    q_hi, q_lo = q_buf
+    q_mine = (q_hi.index(CID), q_lo.index(CID))     # this consumer's q buffer and its barriers
+    q_ready_c = q_ready.index(CID)
+    q_empty_c = q_empty.index(CID)
     i = 0
-    g = 0
     na = 0
-    t, kind, l, a, b, c = _take(tids, tid_full, tid_free, 0, lay)
+    t, kind, l, a, b, c, g = _take(tids, tid_full, tid_free, 2 * CID, 0, lay)
     while t >= 0:
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
                      ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
                      SCHEME_QKV, SCHEME_FFN1, lnl)
         elif kind == 2:
-            g = _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
+            g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
                            qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, BLOCK_N, mma, out)
             na += 1
         else:
@@ -788,10 +806,10 @@ def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_f
         _proxy_fence(lay, NT)
         gl.thread_barrier()
         _stamp(trace_ptr, t, 4, TRACE, lay, NT)
-        _put(sigs, done, sig_free, i, t, kind, l, a, b, c, lay)
+        _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, lay)
         i += 1
-        t, kind, l, a, b, c = _take(tids, tid_full, tid_free, i, lay)
-    _put(sigs, done, sig_free, i, -1, 0, 0, 0, 0, 0, lay)
+        t, kind, l, a, b, c, g = _take(tids, tid_full, tid_free, 2 * CID, i, lay)
+    _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, lay)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -799,12 +817,12 @@ def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_f
 
 @gluon.jit
 def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.constexpr,
-               MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr):
+               MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr, CID: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, 32, layout=lay)
     pid = gl.program_id(0)
     i = 0
-    t, kind, l, a, b, c = _take(sigs, done, sig_free, 0, lay)
+    t, kind, l, a, b, c, g = _take(sigs, done, sig_free, 2 * CID, 0, lay)
     while t >= 0:
         row = tab_ptr + t * TASK_WIDTH
         n_sig = gl.load(row + 6)
@@ -818,7 +836,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
             gl.store(trace_ptr + t.to(gl.int64) * 5 + 3 + lane * 0, (pid.to(gl.int64) << 16) | sm.to(gl.int64),
                      mask=lane == 0)
         i += 1
-        t, kind, l, a, b, c = _take(sigs, done, sig_free, i, lay)
+        t, kind, l, a, b, c, g = _take(sigs, done, sig_free, 2 * CID, i, lay)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -840,7 +858,8 @@ def dag_ws_fwd(
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
-    LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr, num_warps: gl.constexpr,
+    LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wqkv_hi_d.layout      # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt)
@@ -848,26 +867,28 @@ def dag_ws_fwd(
     a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
     w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, BLOCK_N], lw)
     w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, BLOCK_N], lw)
-    q_hi = gl.allocate_shared_memory(gl.bfloat16, [T64, T64], lt)
-    q_lo = gl.allocate_shared_memory(gl.bfloat16, [T64, T64], lt)
+    q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
+    q_lo = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)
     bl: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], bl)
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], bl)
-    tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], bl)
-    tid_free = gl.allocate_shared_memory(gl.int64, [2, 1], bl)
-    done = gl.allocate_shared_memory(gl.int64, [2, 1], bl)
-    sig_free = gl.allocate_shared_memory(gl.int64, [2, 1], bl)
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
+    # the hand-over rings: loader -> consumer c and consumer c -> signaller c at slots 2c, 2c + 1
+    tid_full = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
+    tid_free = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
+    done = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
+    sig_free = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
     il: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    tids = gl.allocate_shared_memory(gl.int32, [2, FIELDS], il)
-    sigs = gl.allocate_shared_memory(gl.int32, [2, FIELDS], il)
+    tids = gl.allocate_shared_memory(gl.int32, [2 * CONSUMERS, FIELDS], il)
+    sigs = gl.allocate_shared_memory(gl.int32, [2 * CONSUMERS, FIELDS], il)
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
-    mbarrier.init(q_ready, count=1)
-    mbarrier.init(q_empty, count=1)
-    for q in gl.static_range(2):
+    for q in gl.static_range(CONSUMERS):
+        mbarrier.init(q_ready.index(q), count=1)
+        mbarrier.init(q_empty.index(q), count=1)
+    for q in gl.static_range(2 * CONSUMERS):
         mbarrier.init(tid_full.index(q), count=1)
         mbarrier.init(tid_free.index(q), count=1)
         mbarrier.init(done.index(q), count=1)
@@ -876,27 +897,54 @@ def dag_ws_fwd(
     q_buf = (q_hi, q_lo)
     descs = (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
              wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d)
-    gl.warp_specialize([
-        (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
+    if CONSUMERS == 1:
+        gl.warp_specialize([
+            (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
                      x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
                      ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
                      ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
                      BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
-                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps)),
-        (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
+                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
+            (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                    goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                    K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS, MAX_SIGNALS,
-                   TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE)),
-        (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE)),
-    ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
+                   TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
+        ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
+    else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
+        gl.warp_specialize([
+            (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
+                     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
+                     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
+                     ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
+                     BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
+                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
+            (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
+                     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
+                     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
+                     ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
+                     BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
+                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 1)),
+            (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
+                   goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
+                   K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS, MAX_SIGNALS,
+                   TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 1)),
+        ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # host: meta, descriptors, launch
 
 STAGES_DEFAULT = 4
-LOADER_REGS_DEFAULT = 56
-SIGNAL_REGS_DEFAULT = 40
+# setmaxnreg of the partitions, by consumers: (loader, signaller, consumer 1). One consumer: 8 warps (the two 1-warp
+# partitions padded to a warpgroup), the consumer (default partition) gets the rest. Two: 12 warps, Triton's .maxnreg
+# 168 (64K / 384 threads); consumer 1 224 and the 1-warp group (loader, two signallers) 56, so the default partition,
+# consumer 0, gets 168 * 3 - 224 - 56 = 224: 2 * 128 * 224 + 128 * 56 = 64512 <= 65536
+REGS = {1: (56, 40, 0), 2: (40, 40, 232)}
+LOADER_REGS_DEFAULT, SIGNAL_REGS_DEFAULT = REGS[1][:2]
+CONSUMERS = (1, 2)
 A_BUFS = ("ln1", "att", "ln2", "f")                 # the GEMMs' A operands (QKV, output projection, FFN1, FFN2)
 W_BUFS = ("wqkv", "wo", "w1", "w2")
 
@@ -916,29 +964,39 @@ SHARED_LIMIT = 232448          # bytes of shared memory one CTA may use on an sm
 # shared memory besides the ring and the q buffer (the epilogues' layout-conversion scratch, the mbarriers, the
 # hand-over rings): measured on the sm_90a compile, the same at block_n 64 and 128 (tests/test_dag_ws_kernel.py)
 SHARED_OTHER = 16772
+SHARED_OTHER_2 = 16512   # a second consumer: its epilogues' layout-conversion scratch and barriers (sm_90a compile)
 
 
-def ws_shared_bytes(stages: int, block_n: int) -> int:
+def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1) -> int:
     """Shared memory of the WS kernel: ``stages`` ring slots of A hi/lo 64 × 64 and W hi/lo 64 × block_n (bf16 or
     fp16: 32 KB at block_n 64, 48 KB at 128), the q buffer (16 KB) and ``SHARED_OTHER``: what the sm_90a compile
     reports at 3 and 4 slots (164228 at block_n 64 and 4 slots, 229764 at 128 and 4 slots; 2 slots: 128 bytes
     less)."""
-    return stages * (2 * TILE * TILE + 2 * TILE * block_n) * 2 + 2 * TILE * TILE * 2 + SHARED_OTHER
+    return (stages * (2 * TILE * TILE + 2 * TILE * block_n) * 2 + consumers * 2 * TILE * TILE * 2 + SHARED_OTHER
+            + (consumers - 1) * SHARED_OTHER_2)
 
 
-def max_ws_stages(block_n: int) -> int:
-    """The most ring slots (2-4) that fit one CTA per SM at this block_n (4 at both 64 and 128)."""
-    return max(s for s in (2, 3, 4) if ws_shared_bytes(s, block_n) <= SHARED_LIMIT)
+def max_ws_stages(block_n: int, consumers: int = 1) -> int:
+    """The most ring slots (2-4) that fit one CTA per SM at this block_n and consumers (4 at both 64 and 128 with one
+    consumer; with two 4 at 64, 3 at 128)."""
+    return max(s for s in (2, 3, 4) if ws_shared_bytes(s, block_n, consumers) <= SHARED_LIMIT)
 
 
-def _check_stages(stages: int, block_n: int, err) -> None:
+def _check_consumers(consumers, err) -> None:
+    if consumers not in CONSUMERS:
+        raise err(f"dag: form ws: ws_consumers={consumers!r}: 1 or 2 consumer warpgroups")
+
+
+def _check_stages(stages: int, block_n: int, err, consumers: int = 1) -> None:
     if not 2 <= stages <= 4:
         raise err(f"dag: form ws: ws_stages={stages}: 2 to 4 ring slots")
-    if ws_shared_bytes(stages, block_n) > SHARED_LIMIT:
-        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}: {ws_shared_bytes(stages, block_n)} "
+    need = ws_shared_bytes(stages, block_n, consumers)
+    if need > SHARED_LIMIT:
+        two = f" and {consumers} consumers" if consumers > 1 else ""
+        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{two}: {need} "
                   f"bytes of shared memory > {SHARED_LIMIT} (one CTA per SM; a ring slot is "
                   f"{(2 * TILE * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
-                  f"{max_ws_stages(block_n)} or less")
+                  f"{max_ws_stages(block_n, consumers)} or less")
 
 
 def check_ws_params(o: dict) -> None:
@@ -997,13 +1055,15 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
                             f"(= {n_sm}) or at most {n_sm}")
 
 
-def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, loader_regs: int = LOADER_REGS_DEFAULT,
-            signal_regs: int = SIGNAL_REGS_DEFAULT) -> dict:
+def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consumers: int = 1) -> dict:
     """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the GEMM tiles'
-    width (``check_supported``: one for all four kinds), ``stages`` checked against shared memory at it."""
+    width (``check_supported``: one for all four kinds), ``stages`` checked against shared memory at it and the
+    ``consumers`` warpgroups (``ws_consumers``: 1 or 2), whose partitions' registers are ``REGS[consumers]``."""
     check_supported(meta)
     block_n = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
-    _check_stages(stages, block_n, WsUnsupported)
+    _check_consumers(consumers, WsUnsupported)
+    _check_stages(stages, block_n, WsUnsupported, consumers)
+    loader_regs, signal_regs, consumer_regs = REGS[consumers]
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
                 BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
                 K_CHUNK_O=meta["K_CHUNK_O"], K_CHUNK_FFN2=meta["K_CHUNK_FFN2"],
@@ -1011,7 +1071,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, loade
                 SCHEME_FFN2=meta["SCHEME_FFN2"], GELU=meta["GELU"], MAX_WAITS=meta["MAX_WAITS"],
                 MAX_SIGNALS=meta["MAX_SIGNALS"], TASK_WIDTH=meta["TASK_WIDTH"],
                 GOALS_IN_ROW=meta["WAIT"] == "parallel", STAGES=stages, BLOCK_N=block_n, TRACE=bool(trace),
-                LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, num_warps=4)
+                LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
+                num_warps=4)
 
 
 def _smem_layout(cols: int = TILE):
