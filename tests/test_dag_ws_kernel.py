@@ -523,3 +523,51 @@ def test_runner_compiles_without_a_launch_then_launches_direct(compiled_case02, 
     assert got[:4] == [132, 1, 1, 77] and got[scal:scal + 4] == [6720, 3, 1000, 0.125]
     assert got[13 + n_desc:13 + n_desc + 2] == [1 << 32, 1 << 33]
     assert got[13 + n_desc + len(K.POINTERS) + 1] == ctl["ctr"].data_ptr()
+
+
+@pytest.fixture(scope="module")
+def compiled_two():
+    """``ws_consumers: 2`` through the harness's ``--compile``: case 2 at block_n 64 with 4 slots, case 12 at 128 with
+    3 (4 do not fit beside the second consumer's q buffer and scratch)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    recs = {}
+    for case, stages, extra in (("2", 4, ()), ("12", 3, BN128)):
+        cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", case, "--stages", str(stages),
+               "--param", "ws_consumers=2"]
+        for kv in extra:
+            cmd += ["--param", kv]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+        assert out.returncode == 0, out.stderr[-3000:]
+        r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+        recs[r["case"]] = dict(r, stages=stages, block_n=128 if extra else 64)
+    return recs
+
+
+@pytest.mark.parametrize("name", ["case02", "case12"])
+def test_two_consumers_compile_with_their_own_pipelines(compiled_two, compiled, name):
+    """Two consumer warpgroups: every task body twice (twice the wgmma of one consumer), a release site per signaller,
+    12 warps (consumer 1 a worker warpgroup, the loader and the two signallers padded to one), the shared memory
+    ``ws_shared_bytes(stages, block_n, 2)`` within one CTA per SM; ptxas does not serialize the wgmma and spills at
+    most a few bytes (the 1-warp partitions at 40 registers)."""
+    r = compiled_two[name]
+    one = compiled[name]
+    assert r["warps"] == 12, r
+    assert r["wgmma"] == 2 * one["wgmma"] and r["red_release"] == 2 * one["red_release"], (r, one)
+    assert r["shared"] == K.ws_shared_bytes(r["stages"], r["block_n"], 2) <= K.SHARED_LIMIT, r
+    assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
+    assert r["spill_stores"] is not None and r["spill_stores"] <= 16, r
+
+
+def test_ws_consumers_is_checked_naming_it():
+    """``ws_consumers`` 1 or 2; with two, 4 slots of 48 KB no longer fit: the error names ws_stages and the fix."""
+    ok = lambda **kw: K.check_ws_params(host.check_params(dict(form="ws", **kw)))   # noqa: E731
+    bn = {k: int(v) for k, v in (kv.split("=") for kv in BN128)}
+    ok(ws_consumers=2)
+    ok(ws_consumers=2, ws_stages=3, **bn)
+    from kernels.validate import ParameterError
+    with pytest.raises(ParameterError, match="ws_consumers=3"):
+        ok(ws_consumers=3)
+    with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128 and 2 consumers: .*set ws_stages: 3"):
+        ok(ws_consumers=2, ws_stages=4, **bn)
+    assert K.max_ws_stages(64, 2) == 4 and K.max_ws_stages(128, 2) == 3
+    assert K.ws_shared_bytes(4, 64, 2) == 197124 and K.ws_shared_bytes(3, 128, 2) == 213508

@@ -1019,7 +1019,8 @@ def check_ws_params(o: dict) -> None:
             raise ParameterError(f"dag: form ws needs {k} {common} as the other GEMMs' (got {o[k]!r}; one width for "
                                  f"all four, 64 or 128: {dict(zip(BLOCK_N_PARAMS, widths))}): set form: tl or {k}: "
                                  f"{common}")
-    _check_stages(o["ws_stages"], common, ParameterError)
+    _check_consumers(o["ws_consumers"], ParameterError)
+    _check_stages(o["ws_stages"], common, ParameterError, o["ws_consumers"])
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
