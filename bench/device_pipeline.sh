@@ -12,7 +12,9 @@
 #      default 120; 0 = no ncu), CORRECTNESS_JOBS (correctness jobs at once on the one GPU, default 8: right for the
 #      dag cases; cases 8, 13 and 14 need tens of GB each — eight at once ran case 8 out of memory — so use 4 with
 #      them), BUDGET (s for the whole call, default 560), CARRIED (1: outputs/ was carried back from an earlier call of
-#      this run, see below)
+#      this run, see below), TUNE (committed (default) | search: the tune stage searches each case x variant on the
+#      GPU first, one job at a time, and every later job of the case reads what it chose: outputs/tuned/; copy those
+#      over config/tuned/h200/ to commit them; minutes per case: use VARIANTS=[auto])
 set -uo pipefail
 t0=$(date +%s); deadline=$(( t0 + ${BUDGET:-560} ))
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -43,7 +45,7 @@ run_for() { local s=$1; shift; [ "$s" -gt 5 ] || { stamp "no time left for: $*";
 unlock() { rm -rf .snakemake/locks; }
 pack() { tar czf "$OUT/results.tgz" outputs 2>/dev/null; cp -rf outputs/logs "$OUT/" 2>/dev/null; true; }
 trap pack EXIT
-cfg=(matrix=families gpu=h200 "cases=$CASES" "variants=$VARIANTS")
+cfg=(matrix=families gpu=h200 "cases=$CASES" "variants=$VARIANTS" "tune=${TUNE:-committed}")
 # the longest correctness jobs first (case 14's margin alone takes ~15 minutes; started last, it would hold up
 # every timing job for a further call)
 first=()

@@ -42,6 +42,14 @@ Three partitions (``gl.warp_specialize``):
 - **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then one ``red.release.gpu.add`` of 1 per
   counter the task signals (one lane per counter), and the trace stamps; the consumer meanwhile starts its next task.
 
+Two consumers (``ws_consumers: 2``, ``CONSUMERS``): the loader hands its i-th task to consumer i % 2 (its own 2-slot
+hand-over ring, at slots 2c and 2c + 1 of the hand-over arrays), with the task's first ring step g in the hand-over
+(one ring, slots claimed in ticket order: consumer c frees the slots of its own tasks), and the attention's q
+buffer, its two mbarriers and the signaller are per consumer. One consumer's epilogue, LayerNorm rows or softmax
+then run beside the other's wgmma (a task's K loop can start once the task before it, on the other consumer, has
+freed its last ring slots). 12 warps: consumer 0 the default partition, consumer 1 a worker warpgroup, the loader and
+the two signallers one padded warpgroup; ``REGS``: 232 registers for each consumer, 40 for the 1-warp partitions.
+
 Memory ordering (PTX memory model; the argument behind the protocol):
 
 1. *Producer side.* Every consumer thread issues its task's global stores and relaxed atomics, then
@@ -72,6 +80,10 @@ Deadlock freedom: the loader issues every load of task T before it takes ticket 
 early for T + 1's weights are freed by the K loops of T and earlier tasks, all handed over already; the q buffer of
 an attention task is freed by the previous attention task, handed over already; so the lowest unfinished ticket
 always progresses (the queue argument of docs/dag.md, with the loader at most one task ahead of the consumer).
+With two consumers the same holds: a consumer waits only on ring slots and a q buffer whose loads the loader issued
+before it moved on (task T's loads all precede T + 1's claims), frees them without waiting on the other consumer,
+and the loader's claim of step g waits for the free of step g − STAGES, a step of a task handed over already; the
+loader's hand-over to consumer c waits only for c to take its previous task, which c finishes on its own.
 
 Tiles: GEMM tiles of 64 rows × ``BLOCK_N`` columns, BLOCK_N = block_n 64 (the default) or 128 (case 12's tuned
 tiling), one width for all four GEMM kinds, with 64-wide K steps; 64-row attention blocks, head dim 64 (the defaults
