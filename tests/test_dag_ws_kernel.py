@@ -571,3 +571,17 @@ def test_ws_consumers_is_checked_naming_it():
         ok(ws_consumers=2, ws_stages=4, **bn)
     assert K.max_ws_stages(64, 2) == 4 and K.max_ws_stages(128, 2) == 3
     assert K.ws_shared_bytes(4, 64, 2) == 197124 and K.ws_shared_bytes(3, 128, 2) == 213508
+
+
+def test_consumer_profile_splits_busy_from_waiting():
+    """``bench.dag.ws_dag.consumer_profile`` on a hand-made trace (ns): program 0 runs task 0 from 0 to 100, task 1's
+    dependencies are met at 150 (the consumer waits 50), it is done at 250; program 1 runs task 2 (ready at 10, done
+    at 250). Consumer time 100 + 100 + 240 over 2 programs x 250 ns; 25 ns of dependency wait per program."""
+    trace = torch.tensor([[0, 0, 110, 0 << 16, 100],
+                          [5, 150, 260, 0 << 16, 250],
+                          [0, 10, 255, (1 << 16) | 1, 250]], dtype=torch.int64)
+    r = W.consumer_profile(trace, ["qkv", "ln1", "qkv"])
+    assert r["programs"] == 2 and r["kernel_us"] == pytest.approx(0.25)
+    assert r["busy"] == pytest.approx(440 / 500) and r["idle_dep_us"] == pytest.approx(0.025)
+    assert r["kinds"]["qkv"] == dict(n=2, consumer_mean_us=0.17, consumer_total_us=0.3)
+    assert r["kinds"]["ln1"]["consumer_mean_us"] == 0.1

@@ -429,6 +429,8 @@ def run_case(case_id: str, args, recs: list) -> None:
         tr.check()
         ws.epoch = tr.epoch
         rec["profile"] = _profile(p, tr.trace, tr.grid)
+        from kernels.dag import graph as G
+        rec["consumer"] = consumer_profile(tr.trace.cpu(), [G.KINDS[task.kind] for task in p.graph.tasks])
         pt = host.prepare(case, w, **dict(params, trace=True))
         for _ in range(2):
             host.run(pt, x)
@@ -475,6 +477,45 @@ def _profile(p, trace, grid) -> dict:
     return prof
 
 
+def consumer_profile(trace, kinds: list, kernel_t0: float | None = None) -> dict:
+    """How busy form ws's consumer warpgroup is, from the trace's stamps (``task_profile``'s columns: 1 the loader's
+    counters complete, 3 program << 16 | SM, 4 the consumer's work done). Per program the tasks in the order the
+    consumer finished them; task k's consumer time starts at max(done of task k − 1, counters complete of task k) —
+    before that the consumer was busy with the task before, or waited for the loader to see the task's dependencies
+    met (a GEMM's operands load only after that) — and ends at its done stamp. ``busy`` = consumer time / (programs x
+    kernel); ``idle_dep_us`` the mean per program of the gaps where the consumer waited for a dependency; per kind the
+    mean consumer time of a task (µs), ``kinds`` giving each task's kind name. One consumer per program (with two, a
+    program's tasks interleave and the split does not apply)."""
+    import torch
+    t = trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
+    t0 = float(t[:, 0].min()) if kernel_t0 is None else kernel_t0
+    end = float(t[:, 4].max())
+    prog = (t[:, 3].long() >> 16).tolist()
+    by: dict = {}
+    for i, pr in enumerate(prog):
+        by.setdefault(pr, []).append(i)
+    busy = idle = 0.0
+    per: dict = {}
+    for idx in by.values():
+        idx.sort(key=lambda i: float(t[i, 4]))
+        prev = None
+        for i in idx:
+            ready_at = float(t[i, 1])
+            start = ready_at if prev is None else max(prev, ready_at)
+            if prev is not None and ready_at > prev:
+                idle += ready_at - prev
+            d = float(t[i, 4]) - start
+            busy += d
+            per.setdefault(kinds[i], []).append(d)
+            prev = float(t[i, 4])
+    n = len(by)
+    kernel = end - t0
+    return dict(programs=n, kernel_us=kernel / 1e3, busy=busy / (n * kernel) if kernel > 0 else 0.0,
+                idle_dep_us=idle / n / 1e3,
+                kinds={k: dict(n=len(v), consumer_mean_us=round(sum(v) / len(v) / 1e3, 3),
+                               consumer_total_us=round(sum(v) / 1e3, 1)) for k, v in per.items()})
+
+
 def _summary(r: dict) -> dict:
     """The one-line JSON of a record (the big nested parts summarised)."""
     keep = {k: v for k, v in r.items() if k not in ("buffers_vs_tl", "kind_checks", "gate", "profile", "stall")}
@@ -492,6 +533,9 @@ def _summary(r: dict) -> dict:
     if "profile" in r:
         keep["kernel_us_traced"] = round(r["profile"]["kernel_us"], 1)
         keep["busy"] = round(r["profile"]["busy"], 3)
+    if "consumer" in r:
+        keep["consumer_busy"] = round(r["consumer"]["busy"], 3)
+        keep["consumer_idle_dep_us"] = round(r["consumer"]["idle_dep_us"], 1)
     return keep
 
 
