@@ -669,3 +669,22 @@ def test_ws_chain_reference_is_the_split_operands_chain():
     assert float((c.act_hi[128:].float()).abs().max()) == 0.0  # the stages' outputs start at zero
     with pytest.raises(AssertionError, match="multiples of 64"):
         Chain(L=1, M=100, K=128, device="cpu")
+
+
+def test_levers_ws_preset_prices_on_form_ws_costs(capsys):
+    """``bench.dag.levers --ws --param …``: the graph built for 132 programs with form ws's fitted costs (``WS``) and
+    the parameters given (case 4, ``ctas_per_sm: 1``: K splits 4 / 4), the simulator's delays ws's; the module's
+    settings put back to tl's for the next caller."""
+    from bench.dag import levers
+    saved = dict(levers.CFG)
+    try:
+        levers.main(["4", "--ws", "--param", "ctas_per_sm=1", "--lever", "attn_kv_split:2", "--seeds", "2"])
+        assert levers.CFG["programs"] == 132 and levers.CFG["cost"] == levers.WS["cost"]
+        g = levers._graph(load_case("case04"))
+        assert g.tiling.cost == levers.WS["cost"] and (g.tiling.split_k_o, g.tiling.split_k_ffn2) == (4, 4)
+    finally:
+        levers.CFG.clear()
+        levers.CFG.update(saved)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("case04") and "%" in out[-1]
+    assert levers._graph(load_case("case04")).tiling.cost == G.COST_MODELS["h200"]

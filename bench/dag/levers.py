@@ -43,10 +43,18 @@ from kernels.dag import host
 from kernels.dag.sim import report
 
 PROGRAMS = 264  # two programs per SM on the H200's 132, as the kernel runs
+# what the graph is built and simulated with: form tl's ("Results" 8: the fitted h200 model, 264 programs, 0.3 µs a
+# ticket, 0.6 µs a link) unless ``--ws`` sets form ws's (``WS``) and ``--param`` the case's tuned parameters
+CFG = dict(programs=PROGRAMS, cost=None, params={}, pop_us=0.3, signal_us=0.6)
+# form ws on the H200, fitted to the traced consumer time per task kind at the tuned configurations (docs/dag.md,
+# "Results" 25 and 26: within ~11% per kind): 1.5 µs a task, 5 TFLOP/s, 100 GB/s; one program per SM, the ticket
+# taken by the loader ahead (0.1 µs), 1.2 µs from a task's end to its dependant's start (the release, the poll)
+WS = dict(programs=132, cost=G.Cost(tflops=5.0, gbs=100.0, task_us=1.5, link_us=0.4), pop_us=0.1, signal_us=1.2)
 
 
 def _graph(case):
-    return host.graph_for(case, n_programs=PROGRAMS, cost_model="h200")
+    params = dict(CFG["params"]) if CFG["cost"] is not None else dict(CFG["params"], cost_model="h200")
+    return host.graph_for(case, n_programs=CFG["programs"], cost=CFG["cost"], **params)
 
 
 def _split_gemm(kind: int, extra_us: float):
@@ -158,7 +166,7 @@ def _regraph(g, tasks: list) -> G.Graph:
     for i, x in enumerate(tasks):
         x.seq = i
     prods = G._producer_lists(tasks, len(goals))
-    perm = G.critical_order(tasks, prods, PROGRAMS, g.tiling.cost.link_us)
+    perm = G.critical_order(tasks, prods, CFG["programs"], g.tiling.cost.link_us)
     out = G.Graph(g.case, g.tiling, [tasks[i] for i in perm], goals, g.counter_names, g.order)
     out.producers = G._producer_lists(out.tasks, len(goals))
     return out
@@ -202,7 +210,12 @@ def main(argv=None):
     ap.add_argument("--consumer-us", type=float, default=0.0, help="ln_fold: µs more per QKV / FFN1 tile")
     ap.add_argument("--kv-blocks", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--ws", action="store_true", help="form ws's costs and programs (WS) instead of tl's")
+    ap.add_argument("--param", action="append", default=[], help="name=value for the graph (config/variant/dag.yaml)")
     a = ap.parse_args(argv)
+    from kernels.dag.host import parse_value
+    CFG.update(WS if a.ws else {})
+    CFG["params"] = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
     levers = parse_levers(a.lever, a.extra_us)
     named = " + ".join(f"{n} (extra {e} µs)" for n, e in levers)
     print(f"{'case':8} {'tasks':>6} {'crit':>7} {'q+jit':>7}   {'lever':>6} {'crit':>7} {'q+jit':>7} {'change':>7}"
@@ -211,7 +224,8 @@ def main(argv=None):
         case = load_case(c)
         base = _graph(case)
         new = build(case, levers, kv_blocks=a.kv_blocks, consumer_us=a.consumer_us)
-        rb, rn = (report(g, PROGRAMS, a.seeds, 0.1, pop_us=0.3, signal_us=0.6) for g in (base, new))
+        rb, rn = (report(g, CFG["programs"], a.seeds, 0.1, pop_us=CFG["pop_us"], signal_us=CFG["signal_us"])
+                  for g in (base, new))
         qb, qn = rb["queue"]["jittered_us"], rn["queue"]["jittered_us"]
         print(f"{case.name:8} {len(base.tasks):6d} {rb['critical_path_us']:7.1f} {qb:7.1f}   {len(new.tasks):6d} "
               f"{rn['critical_path_us']:7.1f} {qn:7.1f} {100 * (qn / qb - 1):+6.1f}%", flush=True)

@@ -33,6 +33,7 @@ def main(argv=None):
     ap.add_argument("--cost-task-us", type=float, help="the cost model's fixed µs per task")
     ap.add_argument("--cost-link-us", type=float, help="the cost model's µs per link (the critical order)")
     ap.add_argument("--cost-tflops", type=float, help="the cost model's TFLOP/s per program")
+    ap.add_argument("--cost-gbs", type=float, help="the cost model's GB/s of operand traffic per program")
     ap.add_argument("--durations", choices=tuple(G.COST_MODELS),
                     help="simulate the task durations of this cost model (the order stays the parameters' cost_model)")
     a = ap.parse_args(argv)
@@ -40,7 +41,7 @@ def main(argv=None):
     params = {k: parse_value(v) for k, v in params.items()}
     name = check_params(params)["cost_model"]
     changes = {f: v for f, v in (("task_us", a.cost_task_us), ("link_us", a.cost_link_us),
-                                 ("tflops", a.cost_tflops)) if v is not None}
+                                 ("tflops", a.cost_tflops), ("gbs", a.cost_gbs)) if v is not None}
     cost = dataclasses.replace(G.COST_MODELS[name], **changes)
     print(f"{'case':8} {'tasks':>6} {'work/N':>8} {'crit':>7} {'queue':>7} {'q+jit':>7} {'idle':>5} "
           f"{'static':>7} {'s+jit':>7} {'idle':>5}" + (f" {'window':>7} {'w+jit':>7}" if a.window else "")
