@@ -587,15 +587,14 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
 
 
 @gluon.jit
-def _qkv_epilogue(acc, l, row0, col0, b_ptr, q_hi_ptr, q_lo_ptr, B: gl.constexpr, S: gl.constexpr,
+def _qkv_epilogue(acc, bias, l, row0, col0, q_hi_ptr, q_lo_ptr, B: gl.constexpr, S: gl.constexpr,
                   D: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
     """kernel.py ``_qkv_epilogue``: + bias, split bf16, stored head-major ([L, 3, B, H, S, 64]); per column its part
     and head (a 128-wide tile spans two heads, or the end of one part and the start of the next)."""
     M: gl.constexpr = B * S
     N: gl.constexpr = 3 * D
     DH: gl.constexpr = T64
-    cn = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
-    acc = acc + gl.load(b_ptr + l * N + cn, mask=cn < N, other=0.0)[None, :]
+    acc = acc + bias[None, :]
     rows = row0 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out))
     part = cols // D
@@ -609,14 +608,13 @@ def _qkv_epilogue(acc, l, row0, col0, b_ptr, q_hi_ptr, q_lo_ptr, B: gl.constexpr
 
 
 @gluon.jit
-def _ffn1_epilogue(acc, l, row0, col0, b_ptr, f_hi_ptr, f_lo_ptr, M: gl.constexpr, D: gl.constexpr,
+def _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M: gl.constexpr, D: gl.constexpr,
                    SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
                    out: gl.constexpr):
     """kernel.py ``_ffn1_epilogue``: + bias, GELU, split (FFN2's scheme), stored into [4, M, D] (column c in block
     c // D)."""
     F: gl.constexpr = 4 * D
-    cn = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
-    acc = acc + gl.load(b_ptr + l * F + cn, mask=cn < F, other=0.0)[None, :]
+    acc = acc + bias[None, :]
     if GELU == "log2poly":
         acc = _gelu_log2poly(acc)
     else:
@@ -629,14 +627,13 @@ def _ffn1_epilogue(acc, l, row0, col0, b_ptr, f_hi_ptr, f_lo_ptr, M: gl.constexp
 
 
 @gluon.jit
-def _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, M: gl.constexpr, D: gl.constexpr, BN: gl.constexpr,
+def _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M: gl.constexpr, D: gl.constexpr, BN: gl.constexpr,
                        acc_out: gl.constexpr):
     """kernel.py ``_residual_epilogue``: r[tile] += acc (+ bias on K split 0), relaxed gpu-scope fp32 atomics."""
+    acc = acc + gl.where(s == 0, bias, 0.0)[None, :]   # (in the wgmma layout: the same fp32 sums)
     acc = gl.convert_layout(acc, acc_out)
     rows = row0 + gl.arange(0, T64, layout=gl.SliceLayout(1, acc_out))
     cols = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_out))
-    bias = gl.load(b_ptr + l * D + cols, mask=cols < D, other=0.0)
-    acc = acc + gl.where(s == 0, bias, 0.0)[None, :]
     gl.atomic_add(r_ptr + rows[:, None] * D + cols[None, :], acc, mask=(rows < M)[:, None] & (cols < D)[None, :],
                   sem="relaxed", scope="gpu")
 
@@ -657,6 +654,17 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
     ANY_BF: gl.constexpr = ((SCHEME_QKV == "bf16x3") or (SCHEME_O == "bf16x3") or (SCHEME_FFN1 == "bf16x3")
                             or (SCHEME_FFN2 == "bf16x3"))
     k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN)
+    # the epilogue's bias, loaded before the K loop (its latency under the MMA instead of after it)
+    NB = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
+    b_ptr = b2_ptr
+    if kind == 1:
+        b_ptr = bqkv_ptr
+    elif kind == 5:
+        b_ptr = b1_ptr
+    elif kind == 3:
+        b_ptr = bo_ptr
+    cn = n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
+    bias = gl.load(b_ptr + l * NB + cn, mask=cn < NB, other=0.0)
     f16 = (((kind == 1) & (SCHEME_QKV == "f16_w1")) | ((kind == 3) & (SCHEME_O == "f16_w1"))
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
@@ -671,14 +679,11 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
     row0 = m * T64
     col0 = n * BN
     if kind == 1:
-        _qkv_epilogue(acc, l, row0, col0, bqkv_ptr, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
+        _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
     elif kind == 5:
-        _ffn1_epilogue(acc, l, row0, col0, b1_ptr, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
+        _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
     else:
-        b_ptr = b2_ptr
-        if kind == 3:
-            b_ptr = bo_ptr
-        _residual_epilogue(acc, l, s, row0, col0, b_ptr, r_ptr, M, D, BN, acc_out)
+        _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
     return g
 
 
