@@ -777,16 +777,18 @@ def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr
 
 
 @gluon.jit
-def _consumer(ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
-              x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
-              ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr,
-              b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale,
+def _consumer(smem, bufs, qk_scale,
               B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
               BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
               K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
               num_warps: gl.constexpr, CID: gl.constexpr):
+    """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
+    ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
+    (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
+     ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
+     lnfw_ptr, lnfb_ptr, trace_ptr) = bufs
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -914,38 +916,31 @@ def dag_ws_fwd(
     q_buf = (q_hi, q_lo)
     descs = (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
              wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d)
+    smem = (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free)
+    bufs = (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
+            ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
+            lnfw_ptr, lnfb_ptr, trace_ptr)
+    # (Gluon takes the partitions as a list literal of (function, arguments): one list per consumer count)
     if CONSUMERS == 1:
         gl.warp_specialize([
-            (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
-                     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
-                     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
-                     ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
-                     BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
-                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
+            (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
-                   goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
-                   K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS, MAX_SIGNALS,
-                   TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
+                       goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
+                       K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
+                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
-            (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
-                     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
-                     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
-                     ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
-                     BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
-                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
-            (_consumer, (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free,
-                     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
-                     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr,
-                     ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, trace_ptr, qk_scale, B, S, D, H, CAUSAL,
-                     BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1,
-                     SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 1)),
+            (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
+            (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
-                   goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
-                   K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS, MAX_SIGNALS,
-                   TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
+                       goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
+                       K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
+                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 1)),
         ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
@@ -960,8 +955,6 @@ STAGES_DEFAULT = 4
 # 168 (64K / 384 threads); consumer 1 224 and the 1-warp group (loader, two signallers) 56, so the default partition,
 # consumer 0, gets 168 * 3 - 224 - 56 = 224: 2 * 128 * 224 + 128 * 56 = 64512 <= 65536
 REGS = {1: (56, 40, 0), 2: (40, 40, 232)}
-LOADER_REGS_DEFAULT, SIGNAL_REGS_DEFAULT = REGS[1][:2]
-CONSUMERS = (1, 2)
 A_BUFS = ("ln1", "att", "ln2", "f")                 # the GEMMs' A operands (QKV, output projection, FFN1, FFN2)
 W_BUFS = ("wqkv", "wo", "w1", "w2")
 
@@ -1000,7 +993,7 @@ def max_ws_stages(block_n: int, consumers: int = 1) -> int:
 
 
 def _check_consumers(consumers, err) -> None:
-    if consumers not in CONSUMERS:
+    if consumers not in REGS:
         raise err(f"dag: form ws: ws_consumers={consumers!r}: 1 or 2 consumer warpgroups")
 
 
@@ -1036,8 +1029,7 @@ def check_ws_params(o: dict) -> None:
             raise ParameterError(f"dag: form ws needs {k} {common} as the other GEMMs' (got {o[k]!r}; one width for "
                                  f"all four, 64 or 128: {dict(zip(BLOCK_N_PARAMS, widths))}): set form: tl or {k}: "
                                  f"{common}")
-    _check_consumers(o["ws_consumers"], ParameterError)
-    _check_stages(o["ws_stages"], common, ParameterError, o["ws_consumers"])
+    _check_stages(o["ws_stages"], common, ParameterError, o["ws_consumers"])   # (ws_consumers: host.check_params)
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
