@@ -105,6 +105,26 @@ def test_ws_kernel_compiles_with_128_wide_gemm_tiles(compiled_bn128, compiled):
     assert r["warps"] == 8, r
 
 
+MIXED = ("block_n_qkv=64", "block_n_o=128", "block_n_ffn1=128", "block_n_ffn2=128")
+
+
+def test_ws_kernel_compiles_with_qkv_narrower_than_the_other_gemms():
+    """QKV at 64 beside 128-wide output projection and FFN (case 2's shorter chain task): the QKV body's wgmma are
+    m64n64k16 (bf16x3: 3 products x 2 x 4 = 24, besides the attention's 48), the others' m64n128k16 (bf16x3 and
+    FFN1's f16_w1: 40); the ring is 128 wide (``ws_shared_bytes(4, 128)``); no spills, no serialized wgmma."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "2"]
+    for kv in MIXED + ("ctas_per_sm=1",):
+        cmd += ["--param", kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    assert r["wgmma_shapes"] == {"m64n128k16": 40, "m64n64k16": 72}, r
+    assert r["shared"] == K.ws_shared_bytes(4, 128) <= K.SHARED_LIMIT, r
+    assert r["registers"] is not None and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
+
+
 def test_ws_meta_and_descriptors_at_block_n_128():
     """One width for the four GEMM kinds: BLOCK_N 128 in the meta, the weight descriptors' boxes 64 × 128 over the
     [L * N / 128 * K, 128] view of the slabs (the A and q/k/v boxes stay 64 × 64)."""
@@ -130,8 +150,9 @@ def test_ws_meta_and_descriptors_at_block_n_128():
 
 
 def test_ws_params_block_n_and_ws_stages_are_checked_naming_them(monkeypatch):
-    """``check_ws_params`` (prepare, form ws; before the device): block_n 64 or 128, the same for the four kinds;
-    ws_stages that fit shared memory at that width (all of 2-4 do at 128; a smaller limit shows the message)."""
+    """``check_ws_params`` (prepare, form ws; before the device): block_n 64 or 128, the same for the output
+    projection and the FFN (QKV's may differ); ws_stages that fit shared memory at the wider width (all of 2-4 do at
+    128; a smaller limit shows the message)."""
     from kernels.validate import ParameterError
     bn = dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128)
     ok = lambda **kw: K.check_ws_params(host.check_params(dict(form="ws", **kw)))   # noqa: E731
@@ -144,11 +165,15 @@ def test_ws_params_block_n_and_ws_stages_are_checked_naming_them(monkeypatch):
     with pytest.raises(ParameterError, match="form ws needs block_n_ffn1 128 .*got 64.*set form: tl or block_n_ffn1: "
                                              "128"):
         ok(**dict(bn, block_n_ffn1=64))
+    ok(**dict(bn, block_n_qkv=64))                                             # QKV's may differ
+    ok(block_n_qkv=128)
     assert K.max_ws_stages(64) == K.max_ws_stages(128) == 4
     monkeypatch.setattr(K, "SHARED_LIMIT", 200_000)                           # (a device with less shared memory)
     with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128: 229764 bytes .*set ws_stages: 3"):
         ok(**bn, ws_stages=4)
     ok(**bn, ws_stages=3)
+    with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128"):   # the ring is the wider width
+        ok(block_n_qkv=128, ws_stages=4)
     with pytest.raises(ParameterError, match="ws_stages=4"):
         host.prepare(load_case("smoke2"), make_weights(load_case("smoke2")), form="ws", **bn)
     with pytest.raises(W.WsUnsupported, match="ws_stages=4 with block_n 128"):
@@ -169,8 +194,12 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
     assert (m["D"], m["H"], m["STAGES"], m["GOALS_IN_ROW"], m["num_warps"]) == (1024, 16, 4, True, 4)
     assert m["SCHEME_FFN1"] == "f16_w1" and m["SCHEME_QKV"] == "bf16x3"
     assert W.ws_meta(_meta(c, wait="serial"))["GOALS_IN_ROW"] is False
-    with pytest.raises(W.WsUnsupported, match="block_n"):
-        W.ws_meta(_meta(c, block_n_qkv=128))
+    with pytest.raises(W.WsUnsupported, match="block_n_ffn2=128"):
+        W.ws_meta(_meta(c, block_n_ffn2=128))                     # the output projection's and FFN's: one width
+    m = W.ws_meta(_meta(c, block_n_qkv=128))                      # QKV's may differ: the ring is the wider
+    assert (m["BLOCK_N_QKV"], m["BLOCK_N"], m["RING_N"]) == (128, 64, 128)
+    m = W.ws_meta(_meta(c, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128))
+    assert (m["BLOCK_N_QKV"], m["BLOCK_N"], m["RING_N"]) == (64, 128, 128)
     with pytest.raises(W.WsUnsupported, match="static"):
         W.ws_meta(_meta(c, queue="static"))
     with pytest.raises(W.WsUnsupported, match="stages"):

@@ -280,25 +280,34 @@ def _take(ring, full, free, base, i, lay: gl.constexpr):
 
 @gluon.jit
 def _gemm_geom(kind, l, m, n, s, M: gl.constexpr, D: gl.constexpr, K_CHUNK_O: gl.constexpr,
-               K_CHUNK_FFN2: gl.constexpr, BN: gl.constexpr):
+               K_CHUNK_FFN2: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr):
     """GEMM task (kind, layer l, tile (m, n), K split s): K of the GEMM, its split's first K column k0, its K steps
-    and the first row of its weight slab's K range in the [L * N / BN * K, BN] view of the slabs (BN = block_n:
-    column tile n is slab n, host._slabs)."""
+    and the first row of its weight slab's K range in the [L * N / bn * K, bn] view of the slabs (bn = the kind's
+    block_n: BN_Q for QKV, BN for the others; column tile n is slab n, host._slabs)."""
     K = gl.where(kind == 6, 4 * D, D)
     N = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
     kc = gl.where(kind == 3, K_CHUNK_O, gl.where(kind == 6, K_CHUNK_FFN2, K))
     k0 = s * kc
     k_end = gl.minimum(k0 + kc, K)
     steps = (k_end - k0 + T64 - 1) // T64
-    wrow = (l * ((N + BN - 1) // BN) + n) * K + k0
+    if BN_Q == BN:
+        wrow = (l * ((N + BN - 1) // BN) + n) * K + k0
+    else:
+        bn = gl.where(kind == 1, BN_Q, BN)
+        wrow = (l * ((N + bn - 1) // bn) + n) * K + k0
     return k0, steps, wrow
 
 
 @gluon.jit
-def _ring_views(ring, SCHEME: gl.constexpr):
-    """The ring's four tiles ([STAGES, 64, 64] A, [STAGES, 64, BN] W) as the scheme's element type (bf16; f16_w1:
-    fp16, same bytes)."""
+def _ring_views(ring, SCHEME: gl.constexpr, STAGES: gl.constexpr, RN: gl.constexpr, BN: gl.constexpr):
+    """The ring's four tiles ([STAGES, 64, 64] A, [STAGES, 64, RN] W) as the scheme's element type (bf16; f16_w1:
+    fp16, same bytes); a GEMM of tiles narrower than the ring (BN < RN: QKV at 64 beside 128-wide others) sees
+    the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's (index slot * RN / BN, as
+    ``_v_views``: the loader's TMA and the consumer's wgmma go through the same view)."""
     a_hi, a_lo, w_hi, w_lo = ring
+    if BN != RN:
+        w_hi = w_hi._reinterpret(gl.bfloat16, [STAGES * (RN // BN), T64, BN], w_hi.layout)
+        w_lo = w_lo._reinterpret(gl.bfloat16, [STAGES * (RN // BN), T64, BN], w_lo.layout)
     if SCHEME == "f16_w1":
         a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
         a_lo = a_lo._reinterpret(gl.float16, a_lo.shape, a_lo.layout)
@@ -331,40 +340,42 @@ def _claim(ready, empty, step, nbytes: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr):
-    tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot))
+def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr):
+    """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``)."""
+    tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
     if SCHEME == "bf16x3":
-        tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot))
+        tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot * R))
 
 
 @gluon.jit
 def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr,
-              BN: gl.constexpr):
+              BN: gl.constexpr, RN: gl.constexpr):
     """Before the task's wait: claim its first min(STAGES, steps) slots and issue their weight tiles (the weights
-    are written once by prepare: no dependency). Returns how many."""
-    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
+    are written once by prepare: no dependency). Returns how many. BN the GEMM's tile width, RN the ring's."""
+    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     pre = gl.minimum(steps, STAGES)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
-        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME)
+        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
     return pre
 
 
 @gluon.jit
 def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps, wrow, k0, row0,
-               M: gl.constexpr, D: gl.constexpr, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr):
+               M: gl.constexpr, D: gl.constexpr, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
+               RN: gl.constexpr):
     """After the wait: the A tiles of the claimed slots, then the remaining K steps (claim, weights, A). A's K
     column k lives in column block k // D of the [K // D * M, D] view (FFN2's [4, M, D]). A weight tile is one
     64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both)."""
-    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
+    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
         if kk >= pre:
             slot = _claim(ready, empty, step, NB, STAGES)
-            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME)
+            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
         k = k0 + kk * T64
         arow = (k // D) * M + row0
         acol = k % D
@@ -433,8 +444,8 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
             SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
-            GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
-            CONSUMERS: gl.constexpr):
+            GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
+            RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -460,16 +471,20 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         c = gl.load(row + 4)
         _stamp(trace_ptr, t, 0, TRACE, lay, 32)
         ln = (kind == 0) | (kind == 4) | (kind == 7)
-        k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N)
+        k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N, BLOCK_N_QKV)
         pre = steps * 0
         if kind == 1:
-            pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES, BLOCK_N)
+            pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES,
+                           BLOCK_N_QKV, RING_N)
         elif kind == 3:
-            pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N)
+            pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N,
+                           RING_N)
         elif kind == 5:
-            pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N)
+            pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N,
+                           RING_N)
         elif kind == 6:
-            pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N)
+            pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
+                           RING_N)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, lay)   # which comes only
             #                                                                         after the wait)
@@ -482,21 +497,21 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         row0 = a * T64
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N)
+                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N_QKV, RING_N)
         elif kind == 3:
             g = _gemm_rest(att_hi_d, att_lo_d, wo_hi_d, wo_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_O, STAGES, BLOCK_N)
+                           row0, M, D, SCHEME_O, STAGES, BLOCK_N, RING_N)
         elif kind == 5:
             g = _gemm_rest(ln2_hi_d, ln2_lo_d, w1_hi_d, w1_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N)
+                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N, RING_N)
         elif kind == 6:
             g = _gemm_rest(f_hi_d, f_lo_d, w2_hi_d, w2_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N)
+                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N, RING_N)
         elif kind == 2:
             na = na0 + (na1 - na0) * cid
             g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
                             q_ready.index(cid), q_empty.index(cid), g, na, l, a, b, c, B, S, H, CAUSAL, STAGES,
-                            BLOCK_N)
+                            RING_N)
             na0 += 1 - cid
             na1 += cid
         i += 1
@@ -545,18 +560,19 @@ def _gelu_log2poly(x):
 
 
 @gluon.jit
-def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr):
+def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr, R: gl.constexpr):
     """One K step's products of the scheme, issued asynchronously on ``acc`` in kernel.py's order (bf16x3: a_lo·w_hi,
-    a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w, a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False)."""
-    acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=not FIRST, is_async=True)
+    a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w, a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False). The W
+    tile of ring slot ``slot`` is view index slot * R (``_ring_views``)."""
+    acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
     if SCHEME == "bf16x3":
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-    return warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot * R), acc, is_async=True)
+    return warpgroup_mma(a_hi.index(slot), w_hi.index(slot * R), acc, is_async=True)
 
 
 @gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-              mma: gl.constexpr):
+              RN: gl.constexpr, mma: gl.constexpr):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
@@ -566,18 +582,19 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     exits into one ``wgmma.wait_group 0`` block, which the zero-trip edges also reach with the accumulator defined by
     the zeros' ``mov`` — and ptxas then serializes every wgmma of the kernel (C7515). The products, their order and
     their accumulator are the same (kk = 0 ignored the zeros)."""
-    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME)
+    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-    acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME)
+    acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
     acc = warpgroup_mma_wait(NP, deps=(acc, ))   # (nothing earlier in flight: the loop-carried type is a tensor)
     g += 1
     for kk in range(1, steps):
         slot = g % STAGES
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME)
+        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R)
         acc = warpgroup_mma_wait(NP, deps=(acc, ))
         mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
         g += 1
@@ -644,16 +661,43 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr,
                K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
-               GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
-               acc_out: gl.constexpr):
-    """A GEMM task (a 64 × BN tile): the K loop of its scheme (one body per scheme in use), then its kind's
-    epilogue. ``mma``: the [64, BN] accumulator's wgmma layout."""
+               GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
+               mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr):
+    """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
+    every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
+    ``mma_q``) and one for the other three kinds (the schemes they use, BN)."""
+    if BN_Q == BN:
+        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
+                       bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O,
+                       SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out)
+    elif kind == 1:
+        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
+                       bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_QKV,
+                       SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out, acc_out)
+    else:
+        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
+                       bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_O, SCHEME_O,
+                       SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out)
+    return g
+
+
+@gluon.jit
+def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
+               bqkv_ptr, bo_ptr, b1_ptr, b2_ptr,
+               B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr,
+               K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
+               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
+               GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
+               mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr):
+    """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
+    (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
+    wgmma layout; RN the ring's width."""
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
     ANY_BF: gl.constexpr = ((SCHEME_QKV == "bf16x3") or (SCHEME_O == "bf16x3") or (SCHEME_FFN1 == "bf16x3")
                             or (SCHEME_FFN2 == "bf16x3"))
-    k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN)
+    k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN, BN)
     # the epilogue's bias, loaded before the K loop (its latency under the MMA instead of after it)
     NB = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
     b_ptr = b2_ptr
@@ -669,21 +713,29 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     row0 = m * T64
     col0 = n * BN
-    if kind == 1:
+    if EPI == "qkv":
         _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
-    elif kind == 5:
-        _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
+    elif EPI == "rest":
+        if kind == 5:
+            _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
+        else:
+            _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
     else:
-        _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
+        if kind == 1:
+            _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
+        elif kind == 5:
+            _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
+        else:
+            _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
     return g
 
 
@@ -782,8 +834,8 @@ def _consumer(smem, bufs, qk_scale,
               BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
               K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
-              GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
-              num_warps: gl.constexpr, CID: gl.constexpr):
+              GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
+              RING_N: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, CID: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -796,6 +848,8 @@ def _consumer(smem, bufs, qk_scale,
                                                   instr_shape=[16, T64, 16])   # attention (n = 64)
     mma_g: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                     instr_shape=[16, BLOCK_N, 16])  # GEMM tiles (n = block_n)
+    mma_q: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                    instr_shape=[16, BLOCK_N_QKV, 16])  # QKV tiles
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
@@ -813,13 +867,13 @@ def _consumer(smem, bufs, qk_scale,
                      SCHEME_QKV, SCHEME_FFN1, lnl)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, BLOCK_N, mma, out)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr,
                            f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
-                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, mma_g, out,
-                           acc_out)
+                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
+                           RING_N, mma_g, mma_q, out, acc_out)
         # the task's generic stores / atomics: proxy-fenced (TMA reads them elsewhere), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
         _proxy_fence(lay, NT)
@@ -876,16 +930,17 @@ def dag_ws_fwd(
     K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
-    GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
-    LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
+    RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
-    lw: gl.constexpr = wqkv_hi_d.layout      # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt)
+    lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
+    #                                          as QKV's 64 × BLOCK_N_QKV: 128-byte swizzle at 64 and 128 columns)
     a_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
     a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
-    w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, BLOCK_N], lw)
-    w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, BLOCK_N], lw)
+    w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)   # RING_N: the wider of the two
+    w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)
     q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
     q_lo = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)
     bl: gl.constexpr = mbarrier.MBarrierLayout()
@@ -924,23 +979,28 @@ def dag_ws_fwd(
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
-                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
+                          TRACE, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
-                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
+                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
+                       CONSUMERS)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
-                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 0)),
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
+                          TRACE, num_warps, 0)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
-                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, TRACE, num_warps, 1)),
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
+                          TRACE, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
-                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, TRACE, CONSUMERS)),
+                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
+                       CONSUMERS)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 1)),
         ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
@@ -967,8 +1027,10 @@ class WsUnsupported(Unsupported, ValueError):
 
 # the tile parameters the WS kernel fixes at 64 (``check_ws_params``)
 TILE_PARAMS = ("block_m", "block_k", "block_q", "block_kv")
-# the GEMM tile widths: 64 or 128, the same for all four kinds (one accumulator shape, one weight ring)
+# the GEMM tile widths: 64 or 128; the output projection's, FFN1's and FFN2's the same (one accumulator shape),
+# QKV's its own (a second accumulator shape and K-loop body when it differs); the weight ring is the wider
 BLOCK_N_PARAMS = ("block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
+SAME_N_PARAMS = BLOCK_N_PARAMS[1:]
 BLOCK_NS = (TILE, 2 * TILE)
 SHARED_LIMIT = 232448          # bytes of shared memory one CTA may use on an sm_90 SM (227 KB)
 # shared memory besides the ring and the q buffer (the epilogues' layout-conversion scratch, the mbarriers, the
@@ -1012,8 +1074,8 @@ def _check_stages(stages: int, block_n: int, err, consumers: int = 1) -> None:
 def check_ws_params(o: dict) -> None:
     """``form: ws``: raise ``ParameterError`` naming the parameter and the fix for a dag parameter set (``host.
     check_params``'s) the WS kernel does not run: block_m, block_k, block_q, block_kv 64; the four block_n 64 or 128,
-    all the same; ``ws_stages`` that fit shared memory at that block_n (``ws_shared_bytes`` <= ``SHARED_LIMIT``:
-    2-4 at 64 and at 128, where 4 slots leave 2.6 KB);
+    block_n_o, block_n_ffn1, block_n_ffn2 the same (block_n_qkv may differ); ``ws_stages`` that fit shared memory at
+    the wider width (``ws_shared_bytes`` <= ``SHARED_LIMIT``: 2-4 at 64 and at 128, where 4 slots leave 2.6 KB);
     ``queue: queue``. Pure Python: the CPU refuses a wrong configuration before it refuses the form itself."""
     for k in TILE_PARAMS:
         if o[k] != TILE:
@@ -1022,14 +1084,15 @@ def check_ws_params(o: dict) -> None:
         if o[k] not in BLOCK_NS:
             raise ParameterError(f"dag: form ws needs {k} 64 or 128 (got {o[k]!r}): set form: tl or {k}: 64 "
                                  "(or 128)")
-    widths = [o[k] for k in BLOCK_N_PARAMS]
-    common = max(widths, key=widths.count)          # the most common width (a tie: block_n_qkv's)
-    for k in BLOCK_N_PARAMS:
+    widths = [o[k] for k in SAME_N_PARAMS]
+    common = max(widths, key=widths.count)          # the most common width (a tie: block_n_o's)
+    for k in SAME_N_PARAMS:
         if o[k] != common:
             raise ParameterError(f"dag: form ws needs {k} {common} as the other GEMMs' (got {o[k]!r}; one width for "
-                                 f"all four, 64 or 128: {dict(zip(BLOCK_N_PARAMS, widths))}): set form: tl or {k}: "
-                                 f"{common}")
-    _check_stages(o["ws_stages"], common, ParameterError, o["ws_consumers"])   # (ws_consumers: host.check_params)
+                                 f"the output projection and the FFN, 64 or 128: {dict(zip(SAME_N_PARAMS, widths))}"
+                                 f"; block_n_qkv may differ): set form: tl or {k}: {common}")
+    _check_stages(o["ws_stages"], max(common, o["block_n_qkv"]), ParameterError,
+                  o["ws_consumers"])   # (ws_consumers: host.check_params)
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
@@ -1037,8 +1100,8 @@ def check_ws_params(o: dict) -> None:
 
 def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None) -> None:
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
-    run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one block_n below the others)
-    or is not a multiple of 64."""
+    run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one of the output projection's
+    and FFN's block_n below the others) or is not a multiple of 64."""
     need = dict(BLOCK_M=TILE, BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
     for k, v in need.items():
         if meta[k] != v:
@@ -1046,11 +1109,13 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
                                 f"block_q, block_kv = {TILE} and head dim {TILE}; S={meta['S']}, D={meta['D']}, "
                                 f"H={meta['H']}); set form: tl")
     bns = [meta["SITE_BLOCK_N"][meta[site]] for site in ("SITE_QKV", "SITE_O", "SITE_FFN1", "SITE_FFN2")]
+    common = max(bns[1:], key=bns[1:].count)   # the output projection's and the FFN's (a tie: block_n_o's)
     for name, bn in zip(BLOCK_N_PARAMS, bns):
-        if bn not in BLOCK_NS or bn != bns[0]:
+        if bn not in BLOCK_NS or (name != "block_n_qkv" and bn != common):
             raise WsUnsupported(f"dag: form ws: {name}={bn} (block_n {dict(zip(BLOCK_N_PARAMS, bns))} after the "
-                                f"case's clamp, D={meta['D']}): every GEMM's block_n must be 64 or 128, the same for "
-                                f"all four: set form: tl or {name}: {bns[0] if bns[0] in BLOCK_NS else TILE}")
+                                f"case's clamp, D={meta['D']}): every GEMM's block_n must be 64 or 128, the output "
+                                f"projection's and the FFN's the same: set form: tl or {name}: "
+                                f"{common if common in BLOCK_NS else TILE}")
     if meta["S"] % TILE or (meta["B"] * meta["S"]) % TILE or meta["D"] % TILE:
         raise WsUnsupported(f"dag: form ws: S={meta['S']}, D={meta['D']}: must be multiples of {TILE}; set form: tl")
     if meta["MAX_WAITS"] > 32 or meta["MAX_SIGNALS"] > 32:
@@ -1066,13 +1131,16 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
 
 
 def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consumers: int = 1) -> dict:
-    """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the GEMM tiles'
-    width (``check_supported``: one for all four kinds), ``stages`` checked against shared memory at it and the
+    """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the output
+    projection's and the FFN's tile width (``check_supported``: one for the three), ``BLOCK_N_QKV`` QKV's, ``RING_N``
+    the weight ring's (the wider), ``stages`` checked against shared memory at it and the
     ``consumers`` warpgroups (``ws_consumers``: 1 or 2), whose partitions' registers are ``REGS[consumers]``."""
     check_supported(meta)
-    block_n = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
+    block_n = meta["SITE_BLOCK_N"][meta["SITE_O"]]
+    block_n_qkv = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
+    ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
-    _check_stages(stages, block_n, WsUnsupported, consumers)
+    _check_stages(stages, ring_n, WsUnsupported, consumers)
     loader_regs, signal_regs, consumer_regs = REGS[consumers]
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
                 BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
@@ -1080,7 +1148,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 SCHEME_QKV=meta["SCHEME_QKV"], SCHEME_O=meta["SCHEME_O"], SCHEME_FFN1=meta["SCHEME_FFN1"],
                 SCHEME_FFN2=meta["SCHEME_FFN2"], GELU=meta["GELU"], MAX_WAITS=meta["MAX_WAITS"],
                 MAX_SIGNALS=meta["MAX_SIGNALS"], TASK_WIDTH=meta["TASK_WIDTH"],
-                GOALS_IN_ROW=meta["WAIT"] == "parallel", STAGES=stages, BLOCK_N=block_n, TRACE=bool(trace),
+                GOALS_IN_ROW=meta["WAIT"] == "parallel", STAGES=stages, BLOCK_N=block_n, BLOCK_N_QKV=block_n_qkv,
+                RING_N=ring_n, TRACE=bool(trace),
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
                 num_warps=4)
 
