@@ -86,13 +86,16 @@ and the loader's claim of step g waits for the free of step g − STAGES, a step
 loader's hand-over to consumer c waits only for c to take its previous task, which c finishes on its own.
 
 Tiles: GEMM tiles of 64 rows × ``BLOCK_N`` columns, BLOCK_N = block_n 64 (the default) or 128 (case 12's tuned
-tiling), one width for all four GEMM kinds, with 64-wide K steps; 64-row attention blocks, head dim 64 (the defaults
-of ``config/variant/dag.yaml`` and every dag case's head dim); ``check_ws_params`` / ``check_supported`` raise naming
-the parameter otherwise (another width or mixed widths, ``queue: static``, more programs than SMs). A ring slot holds
-A hi/lo (64 × 64 each) and W hi/lo (64 × BLOCK_N each; the weight descriptors' boxes are 64 × BLOCK_N, which Triton
-issues as 64-column TMA boxes): 32 KB at 64, 48 KB at 128; an attention key block puts k in the A tiles and v in the
-first 64 × 64 tile of the W part (``_v_views``: the same bytes of the same slot, so the ring protocol, the memory
-ordering and the deadlock argument above are unchanged: a slot is still claimed, filled, consumed and freed as one).
+tiling), one width for the output projection and the FFN, QKV's ``BLOCK_N_QKV`` 64 or 128 of its own (case 2's
+tuned 64 beside 128: its own K-loop body and accumulator layout), with 64-wide K steps; 64-row attention blocks, head
+dim 64 (the defaults of ``config/variant/dag.yaml`` and every dag case's head dim); ``check_ws_params`` /
+``check_supported`` raise naming the parameter otherwise (another width, the output projection's and the FFN's
+widths mixed, ``queue: static``, more programs than SMs). A ring slot holds A hi/lo (64 × 64 each) and W hi/lo
+(64 × ``RING_N`` each, the wider of the two widths; the weight descriptors' boxes are 64 × their GEMM's width, which
+Triton issues as 64-column TMA boxes): 32 KB at 64, 48 KB at 128; an attention key block puts k in the A tiles and v
+in the first 64 × 64 tile of the W part (``_v_views``: the same bytes of the same slot, so the ring protocol, the
+memory ordering and the deadlock argument above are unchanged: a slot is still claimed, filled, consumed and freed
+as one), and a GEMM narrower than the ring does the same with its weight tiles (``_ring_views``).
 The ring has ``STAGES`` (``ws_stages``: 2–4, default 4) slots: with the q buffer (16 KB) and the epilogues' scratch
 164228 bytes of shared memory at block_n 64 and 4 slots, 180612 / 229764 at 128 and 3 / 4 slots (of 232448, one CTA
 per SM; ``ws_shared_bytes``, checked at prepare naming ``ws_stages``). GEMM accumulators are [64, BLOCK_N] fp32 (64
