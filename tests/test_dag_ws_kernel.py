@@ -614,3 +614,19 @@ def test_consumer_profile_splits_busy_from_waiting():
     assert r["busy"] == pytest.approx(440 / 500) and r["idle_dep_us"] == pytest.approx(0.025)
     assert r["kinds"]["qkv"] == dict(n=2, consumer_mean_us=0.17, consumer_total_us=0.3)
     assert r["kinds"]["ln1"]["consumer_mean_us"] == 0.1
+
+
+def test_link_profile_splits_release_from_poll():
+    """``bench.dag.ws_dag.link_profile`` on a hand-made trace (ns): task 2 waits for tasks 0 and 1; task 1 (done at
+    300, released at 700) is the later release, task 2's loader held its ticket from 100 and saw its counters at 1000:
+    release 0.4 µs, poll 0.3 µs. Task 3 waits for task 0 (done 100, released 300) but took its ticket at 400: its
+    release counts, its poll does not (the loader was elsewhere)."""
+    trace = torch.tensor([[0, 0, 300, 0, 100],
+                          [0, 50, 700, 1 << 16, 300],
+                          [100, 1000, 1500, 0, 1400],
+                          [400, 450, 900, 1 << 16, 800]], dtype=torch.int64)
+    r = W.link_profile(trace, [[], [], [0, 1], [0]], ["ln1", "qkv", "attn", "attn"])
+    assert r["release"] == dict(n=2, mean_us=0.3, median_us=0.3)
+    assert r["poll"] == dict(n=1, mean_us=0.3, median_us=0.3)
+    assert r["kinds"]["qkv"]["release"]["mean_us"] == 0.4 and r["kinds"]["ln1"]["poll"]["n"] == 0
+

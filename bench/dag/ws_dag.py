@@ -431,6 +431,7 @@ def run_case(case_id: str, args, recs: list) -> None:
         rec["profile"] = _profile(p, tr.trace, tr.grid)
         from kernels.dag import graph as G
         rec["consumer"] = consumer_profile(tr.trace.cpu(), [G.KINDS[task.kind] for task in p.graph.tasks])
+        rec["links"] = link_profile(tr.trace.cpu(), p.graph.producers, [G.KINDS[task.kind] for task in p.graph.tasks])
         pt = host.prepare(case, w, **dict(params, trace=True))
         for _ in range(2):
             host.run(pt, x)
@@ -516,6 +517,38 @@ def consumer_profile(trace, kinds: list, kernel_t0: float | None = None) -> dict
                                consumer_total_us=round(sum(v) / 1e3, 1)) for k, v in per.items()})
 
 
+def link_profile(trace, producers: list, kinds: list) -> dict:
+    """Where a link's time goes in form ws, from the trace's stamps (ns; columns 0 the loader's ticket, 1 its counters
+    complete, 2 the signaller's release issued, 4 the consumer's work done). For each task with producers, its last
+    producer L (the latest release): *release* = L's release − L's done (the consumer's fence and hand-over, the
+    signaller's table loads and ``red.release``); *poll* = the task's counters complete − L's release, counted only
+    where the task's loader already held the ticket at L's release (it was polling: otherwise the gap is the loader
+    busy elsewhere). Per kind of L, and over all: n, mean and median µs of each (the timer ticks at ~32 ns or coarser:
+    means over many links, not single values)."""
+    import statistics
+    import torch
+    t = trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
+    t = t.tolist()
+    rel: dict = {}
+    poll: dict = {}
+    for i, ps in enumerate(producers):
+        if not ps:
+            continue
+        last = max(ps, key=lambda q: t[q][2])
+        k = kinds[last]
+        rel.setdefault(k, []).append(t[last][2] - t[last][4])
+        if t[i][0] <= t[last][2]:
+            poll.setdefault(k, []).append(t[i][1] - t[last][2])
+
+    def stats(v):
+        return dict(n=len(v), mean_us=round(statistics.fmean(v) / 1e3, 3) if v else None,
+                    median_us=round(statistics.median(v) / 1e3, 3) if v else None)
+    every_rel = [x for v in rel.values() for x in v]
+    every_poll = [x for v in poll.values() for x in v]
+    return dict(release=stats(every_rel), poll=stats(every_poll),
+                kinds={k: dict(release=stats(rel[k]), poll=stats(poll.get(k, []))) for k in rel})
+
+
 def _summary(r: dict) -> dict:
     """The one-line JSON of a record (the big nested parts summarised)."""
     keep = {k: v for k, v in r.items() if k not in ("buffers_vs_tl", "kind_checks", "gate", "profile", "stall")}
@@ -536,6 +569,9 @@ def _summary(r: dict) -> dict:
     if "consumer" in r:
         keep["consumer_busy"] = round(r["consumer"]["busy"], 3)
         keep["consumer_idle_dep_us"] = round(r["consumer"]["idle_dep_us"], 1)
+    if "links" in r:
+        keep["link_release_us"] = r["links"]["release"]["mean_us"]
+        keep["link_poll_us"] = r["links"]["poll"]["mean_us"]
     return keep
 
 
