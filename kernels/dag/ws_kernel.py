@@ -126,7 +126,8 @@ TILE = 64                      # every tile edge (host side): GEMM rows / column
 T64 = gl.constexpr(TILE)
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
-FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, -)
+FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
+#                                the counter the task signals, -1 none: read by the loader when MAX_SIGNALS is 1)
 
 # one lane per counter: ld.acquire.gpu of the counter ($1) until >= $2, at most $3 polls; $0 = 1 on timeout
 _POLL = gl.constexpr("{ .reg .pred q; .reg .b32 v, n;\n\tmov.b32 $0, 0;\n\t" + task_sync._POLL_LOOP)
@@ -253,15 +254,15 @@ def _field(v, idx, j: gl.constexpr):
 
 
 @gluon.jit
-def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, lay: gl.constexpr):
-    """Hand a task (id t, its row fields and its first ring step g) over: turn i of the 2-slot ring at slots base,
+def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, sg, lay: gl.constexpr):
+    """Hand a task (id t, its row fields, its first ring step g and the counter it signals sg) over: turn i of the 2-slot ring at slots base,
     base + 1 (one per consumer), once its slot is free (an mbarrier starts with phase 1 complete: the first pass over
     the ring does not wait)."""
     q = base + i % 2
     mbarrier.wait(free.index(q), ((i // 2) & 1) ^ 1)
     idx = gl.arange(0, FIELDS, layout=lay)
     v = gl.where(idx == 0, t, gl.where(idx == 1, kind, gl.where(idx == 2, l, gl.where(
-        idx == 3, a, gl.where(idx == 4, b, gl.where(idx == 5, c, gl.where(idx == 6, g, 0)))))))
+        idx == 3, a, gl.where(idx == 4, b, gl.where(idx == 5, c, gl.where(idx == 6, g, sg)))))))
     ring.index(q).store(v)
     gl.thread_barrier()  # every storing thread before the elected arrive (Triton adds one too)
     mbarrier.arrive(full.index(q))
@@ -269,8 +270,8 @@ def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, lay: gl.constexpr):
 
 @gluon.jit
 def _take(ring, full, free, base, i, lay: gl.constexpr):
-    """The task of turn i of the 2-slot ring at slots base, base + 1 (``_put``): (t, kind, l, a, b, c, g); the slot
-    handed back."""
+    """The task of turn i of the 2-slot ring at slots base, base + 1 (``_put``): (t, kind, l, a, b, c, g, sg); the
+    slot handed back."""
     q = base + i % 2
     mbarrier.wait(full.index(q), (i // 2) & 1)
     idx = gl.arange(0, FIELDS, layout=lay)
@@ -278,7 +279,7 @@ def _take(ring, full, free, base, i, lay: gl.constexpr):
     gl.thread_barrier()  # every thread has read the slot before it is handed back
     mbarrier.arrive(free.index(q))
     return (_field(v, idx, 0), _field(v, idx, 1), _field(v, idx, 2), _field(v, idx, 3), _field(v, idx, 4),
-            _field(v, idx, 5), _field(v, idx, 6))
+            _field(v, idx, 5), _field(v, idx, 6), _field(v, idx, 7))
 
 
 @gluon.jit
@@ -472,6 +473,9 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         a = gl.load(row + 2)
         b = gl.load(row + 3)
         c = gl.load(row + 4)
+        sg = kind * 0
+        if MAX_SIGNALS == 1:   # the one counter it signals, for the signaller (no table load on the release path)
+            sg = gl.where(gl.load(row + 6) > 0, gl.load(row + HEADER + MAX_WAITS), -1)
         _stamp(trace_ptr, t, 0, TRACE, lay, 32)
         ln = (kind == 0) | (kind == 4) | (kind == 7)
         k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N, BLOCK_N_QKV)
@@ -489,14 +493,14 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
                            RING_N)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
-            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, lay)   # which comes only
+            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, lay)   # which comes only
             #                                                                         after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
                        lane, MAX_WAITS, GOALS_IN_ROW)
         _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
-            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, lay)
+            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, lay)
         row0 = a * T64
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
@@ -520,7 +524,8 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         i += 1
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
-        _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, lay)
+        _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
+             lay)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -862,7 +867,7 @@ def _consumer(smem, bufs, qk_scale,
     q_empty_c = q_empty.index(CID)
     i = 0
     na = 0
-    t, kind, l, a, b, c, g = _take(tids, tid_full, tid_free, 2 * CID, 0, lay)
+    t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, 0, lay)
     while t >= 0:
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
@@ -882,10 +887,10 @@ def _consumer(smem, bufs, qk_scale,
         _proxy_fence(lay, NT)
         gl.thread_barrier()
         _stamp(trace_ptr, t, 4, TRACE, lay, NT)
-        _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, lay)
+        _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, sg, lay)
         i += 1
-        t, kind, l, a, b, c, g = _take(tids, tid_full, tid_free, 2 * CID, i, lay)
-    _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, lay)
+        t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, i, lay)
+    _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, 0, lay)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -898,13 +903,18 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
     lane = gl.arange(0, 32, layout=lay)
     pid = gl.program_id(0)
     i = 0
-    t, kind, l, a, b, c, g = _take(sigs, done, sig_free, 2 * CID, 0, lay)
+    t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, 0, lay)
     while t >= 0:
-        row = tab_ptr + t * TASK_WIDTH
-        n_sig = gl.load(row + 6)
-        on = lane < MAX_SIGNALS
-        ids = gl.load(row + HEADER + MAX_WAITS + lane, mask=on, other=0)
-        gl.inline_asm_elementwise(_RELEASE, "=r,l,r", [ctr_ptr + ids, (on & (lane < n_sig)).to(gl.int32)],
+        if MAX_SIGNALS == 1:   # the counter came with the task (the loader read it): lane 0 releases it
+            on = (lane == 0) & (sg >= 0)
+            ids = gl.where(on, sg, 0)
+        else:
+            row = tab_ptr + t * TASK_WIDTH
+            n_sig = gl.load(row + 6)
+            on = lane < MAX_SIGNALS
+            ids = gl.load(row + HEADER + MAX_WAITS + lane, mask=on, other=0)
+            on = on & (lane < n_sig)
+        gl.inline_asm_elementwise(_RELEASE, "=r,l,r", [ctr_ptr + ids, on.to(gl.int32)],
                                   dtype=gl.int32, is_pure=False, pack=1)
         if TRACE:
             _stamp(trace_ptr, t, 2, TRACE, lay, 32)
@@ -912,7 +922,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
             gl.store(trace_ptr + t.to(gl.int64) * 5 + 3 + lane * 0, (pid.to(gl.int64) << 16) | sm.to(gl.int64),
                      mask=lane == 0)
         i += 1
-        t, kind, l, a, b, c, g = _take(sigs, done, sig_free, 2 * CID, i, lay)
+        t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, i, lay)
 
 
 # ----------------------------------------------------------------------------------------------------------------
