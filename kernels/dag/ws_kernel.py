@@ -93,7 +93,7 @@ dim 64 (the defaults of ``config/variant/dag.yaml`` and every dag case's head di
 widths mixed, ``queue: static``, more programs than SMs). A ring slot holds A hi/lo (64 × 64 each) and W hi/lo
 (64 × ``RING_N`` each, the wider of the two widths; the weight descriptors' boxes are 64 × their GEMM's width, which
 Triton issues as 64-column TMA boxes): 32 KB at 64, 48 KB at 128; an attention key block puts k in the A tiles and v
-in the first 64 × 64 tile of the W part (``_v_views``: the same bytes of the same slot, so the ring protocol, the
+in the first 64 × 64 tile of the W part (``_w_views``: the same bytes of the same slot, so the ring protocol, the
 memory ordering and the deadlock argument above are unchanged: a slot is still claimed, filled, consumed and freed
 as one), and a GEMM narrower than the ring does the same with its weight tiles (``_ring_views``).
 The ring has ``STAGES`` (``ws_stages``: 2–4, default 4) slots: with the q buffer (16 KB) and the epilogues' scratch
@@ -255,9 +255,9 @@ def _field(v, idx, j: gl.constexpr):
 
 @gluon.jit
 def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, sg, lay: gl.constexpr):
-    """Hand a task (id t, its row fields, its first ring step g and the counter it signals sg) over: turn i of the 2-slot ring at slots base,
-    base + 1 (one per consumer), once its slot is free (an mbarrier starts with phase 1 complete: the first pass over
-    the ring does not wait)."""
+    """Hand a task (id t, its row fields, its first ring step g and the counter it signals sg) over: turn i of the
+    2-slot ring at slots base, base + 1 (one per consumer), once its slot is free (an mbarrier starts with phase 1
+    complete: the first pass over the ring does not wait)."""
     q = base + i % 2
     mbarrier.wait(free.index(q), ((i // 2) & 1) ^ 1)
     idx = gl.arange(0, FIELDS, layout=lay)
@@ -306,12 +306,10 @@ def _gemm_geom(kind, l, m, n, s, M: gl.constexpr, D: gl.constexpr, K_CHUNK_O: gl
 def _ring_views(ring, SCHEME: gl.constexpr, STAGES: gl.constexpr, RN: gl.constexpr, BN: gl.constexpr):
     """The ring's four tiles ([STAGES, 64, 64] A, [STAGES, 64, RN] W) as the scheme's element type (bf16; f16_w1:
     fp16, same bytes); a GEMM of tiles narrower than the ring (BN < RN: QKV at 64 beside 128-wide others) sees
-    the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's (index slot * RN / BN, as
-    ``_v_views``: the loader's TMA and the consumer's wgmma go through the same view)."""
+    the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's (``_w_views``, as the
+    attention's v: the loader's TMA and the consumer's wgmma go through the same view)."""
     a_hi, a_lo, w_hi, w_lo = ring
-    if BN != RN:
-        w_hi = w_hi._reinterpret(gl.bfloat16, [STAGES * (RN // BN), T64, BN], w_hi.layout)
-        w_lo = w_lo._reinterpret(gl.bfloat16, [STAGES * (RN // BN), T64, BN], w_lo.layout)
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, RN, BN)
     if SCHEME == "f16_w1":
         a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
         a_lo = a_lo._reinterpret(gl.float16, a_lo.shape, a_lo.layout)
@@ -321,13 +319,14 @@ def _ring_views(ring, SCHEME: gl.constexpr, STAGES: gl.constexpr, RN: gl.constex
 
 
 @gluon.jit
-def _v_views(w_hi, w_lo, STAGES: gl.constexpr, BN: gl.constexpr):
-    """The attention's v tiles in the W ring: BN = 64 the ring itself; BN = 128 the ring's bytes as [2 * STAGES, 64,
-    64] tiles (slot s's v at index 2s: the first 8 KB of slot s's 16 KB W hi (W lo) tile, written by TMA and read by
-    wgmma through this one view, so the result does not depend on how a [64, 128] tile is laid out)."""
-    if BN != T64:
-        w_hi = w_hi._reinterpret(gl.bfloat16, [STAGES * (BN // T64), T64, T64], w_hi.layout)
-        w_lo = w_lo._reinterpret(gl.bfloat16, [STAGES * (BN // T64), T64, T64], w_lo.layout)
+def _w_views(w_hi, w_lo, STAGES: gl.constexpr, RN: gl.constexpr, BN: gl.constexpr):
+    """The W ring ([STAGES, 64, RN] bf16) as tiles BN wide: BN = RN the ring itself; BN < RN the ring's bytes as
+    [STAGES * RN / BN, 64, BN] tiles, slot s's at index s * RN / BN (the first 8 KB of a 16 KB slot at 64 in 128:
+    the attention's v, a 64-wide QKV beside 128-wide others), written by TMA and read by wgmma through this one view,
+    so the result does not depend on how a wider tile is laid out."""
+    if BN != RN:
+        w_hi = w_hi._reinterpret(gl.bfloat16, [STAGES * (RN // BN), T64, BN], w_hi.layout)
+        w_lo = w_lo._reinterpret(gl.bfloat16, [STAGES * (RN // BN), T64, BN], w_lo.layout)
     return w_hi, w_lo
 
 
@@ -394,10 +393,10 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
                 BN: gl.constexpr):
     """Attention task (layer l, batch b, head h, query block qb): q hi/lo into the q buffer (once the consumer is
     done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot (v in
-    the first 64 × 64 tile of the slot's W part: ``_v_views``)."""
+    the first 64 × 64 tile of the slot's W part: ``_w_views``)."""
     a_hi, a_lo, w_hi, w_lo = ring
     VS: gl.constexpr = BN // T64
-    w_hi, w_lo = _v_views(w_hi, w_lo, STAGES, BN)
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     q_hi, q_lo = q_buf
     BHS: gl.constexpr = B * H * S
     qrow = l * (3 * BHS) + (b * H + h) * S          # [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]: q of (b, h)
@@ -664,8 +663,7 @@ def _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M: gl.constexpr, D: gl.c
 
 
 @gluon.jit
-def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
-               bqkv_ptr, bo_ptr, b1_ptr, b2_ptr,
+def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr,
                K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
@@ -673,25 +671,23 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
-    ``mma_q``) and one for the other three kinds (the schemes they use, BN)."""
+    ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
+    outputs and the four biases (``_gemm_body``)."""
     if BN_Q == BN:
-        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
-                       bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O,
-                       SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out)
+        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
+                       SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out)
     elif kind == 1:
-        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
-                       bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_QKV,
-                       SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out, acc_out)
+        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
+                       SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
+                       acc_out)
     else:
-        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
-                       bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2, SCHEME_O, SCHEME_O,
-                       SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out)
+        g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
+                       SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out)
     return g
 
 
 @gluon.jit
-def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr,
-               bqkv_ptr, bo_ptr, b1_ptr, b2_ptr,
+def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr,
                K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
@@ -700,6 +696,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width."""
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
@@ -733,18 +730,26 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, r_ptr, qkv_hi_ptr, qkv_l
     if EPI == "qkv":
         _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
     elif EPI == "rest":
-        if kind == 5:
-            _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
-        else:
-            _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
+        _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M, D, SCHEME_FFN2, GELU, BN, mma, out,
+                                   acc_out)
+    elif kind == 1:
+        _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
     else:
-        if kind == 1:
-            _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
-        elif kind == 5:
-            _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
-        else:
-            _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
+        _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M, D, SCHEME_FFN2, GELU, BN, mma, out,
+                                   acc_out)
     return g
+
+
+@gluon.jit
+def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.constexpr, D: gl.constexpr,
+                               SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
+                               out: gl.constexpr, acc_out: gl.constexpr):
+    """FFN1's epilogue (kind 5) or the residual one (output projection, FFN2)."""
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    if kind == 5:
+        _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
+    else:
+        _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
 
 
 @gluon.jit
@@ -761,9 +766,9 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
     alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
     freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2); with 128-wide GEMM tiles
-    v is the first 64 × 64 tile of the slot's W part (``_v_views``, the loader's view too)."""
+    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too)."""
     a_hi, a_lo, w_hi, w_lo = ring
-    w_hi, w_lo = _v_views(w_hi, w_lo, STAGES, BN)
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     q_hi, q_lo = q_buf
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
@@ -861,6 +866,7 @@ def _consumer(smem, bufs, qk_scale,
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr)
     q_hi, q_lo = q_buf
     q_mine = (q_hi.index(CID), q_lo.index(CID))     # this consumer's q buffer and its barriers
     q_ready_c = q_ready.index(CID)
@@ -878,8 +884,7 @@ def _consumer(smem, bufs, qk_scale,
                            qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out)
             na += 1
         else:
-            g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr,
-                           f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
+            g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
                            RING_N, mma_g, mma_q, out, acc_out)
         # the task's generic stores / atomics: proxy-fenced (TMA reads them elsewhere), then all 128 threads'
@@ -944,7 +949,8 @@ def dag_ws_fwd(
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
-    RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
+    CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
