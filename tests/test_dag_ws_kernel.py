@@ -193,6 +193,7 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
     m = W.ws_meta(_meta(c))
     assert (m["D"], m["H"], m["STAGES"], m["GOALS_IN_ROW"], m["num_warps"]) == (1024, 16, 4, True, 4)
     assert m["SCHEME_FFN1"] == "f16_w1" and m["SCHEME_QKV"] == "bf16x3"
+    assert m["FENCE_AT_SIGNAL"] is True                           # the release's proxy fence off the consumer's path
     assert W.ws_meta(_meta(c, wait="serial"))["GOALS_IN_ROW"] is False
     with pytest.raises(W.WsUnsupported, match="block_n_ffn2=128"):
         W.ws_meta(_meta(c, block_n_ffn2=128))                     # the output projection's and FFN's: one width
@@ -208,6 +209,15 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
         W.ws_meta(_meta(load_case("smoke2")))                     # 32-row blocks, head dim 32
     with pytest.raises(W.WsUnsupported, match="one CTA per SM"):
         W.check_supported(_meta(c), grid=264, n_sm=132)
+
+
+def test_ws_ab_variants_split_parameters_from_constexpr_overrides():
+    from bench.dag.ws_ab import parse_variant
+    assert parse_variant("form=ws ctas_per_sm=1 split_k_o=2 @FENCE_AT_SIGNAL=0") == (
+        dict(form="ws", ctas_per_sm=1, split_k_o=2), dict(FENCE_AT_SIGNAL=0))
+    assert parse_variant("") == ({}, {})
+    with pytest.raises(SystemExit, match="not name=value"):
+        parse_variant("form")
 
 
 # --- the harness's checks, on an emulated forward pass ----------------------------------------------------------

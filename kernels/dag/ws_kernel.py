@@ -37,10 +37,13 @@ Three partitions (``gl.warp_specialize``):
   (``_overlap_blocks``: q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the
   k tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
   ``acc * alpha``; the online softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block
-  j − 1's p·v). Then ``fence.proxy.async.global`` (its generic stores are read by TMA elsewhere), a barrier of its
-  128 threads, and the task into a 2-slot ring to the signaller (``done`` / ``sig_free`` mbarriers).
-- **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then one ``red.release.gpu.add`` of 1 per
-  counter the task signals (one lane per counter), and the trace stamps; the consumer meanwhile starts its next task.
+  j − 1's p·v). Then a barrier of its 128 threads and the task into a 2-slot ring to the signaller (``done`` /
+  ``sig_free`` mbarriers); the consumer goes on to its next task while its stores drain.
+- **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then ``fence.proxy.async.global`` (the
+  task's generic stores are read by TMA elsewhere) and one ``red.release.gpu.add`` of 1 per counter the task signals
+  (one lane per counter), and the trace stamps. The proxy fence waits for the task's stores to drain, off the
+  consumer's path here (``FENCE_AT_SIGNAL``; issued by the consumer before its barrier it made the forward pass
+  1.5–3.3% slower: docs/dag.md "Results" 32).
 
 Two consumers (``ws_consumers: 2``, ``CONSUMERS``): the loader hands its i-th task to consumer i % 2 (its own 2-slot
 hand-over ring, at slots 2c and 2c + 1 of the hand-over arrays), with the task's first ring step g in the hand-over
@@ -52,11 +55,11 @@ the two signallers one padded warpgroup; ``REGS``: 232 registers for each consum
 
 Memory ordering (PTX memory model; the argument behind the protocol):
 
-1. *Producer side.* Every consumer thread issues its task's global stores and relaxed atomics, then
-   ``fence.proxy.async.global``, then a barrier of the consumer's 128 threads (``gl.thread_barrier`` = ``bar.sync
-   0, 128``; Triton also puts one before every elected ``mbarrier.arrive``); one elected thread (tid % 128 == 0)
-   arrives on ``done`` (``mbarrier.arrive``: release semantics at CTA scope by default). Every signaller lane waits on
-   ``done`` itself (``mbarrier.try_wait``: acquire at CTA scope) and then issues its own ``red.release.gpu``.
+1. *Producer side.* Every consumer thread issues its task's global stores and relaxed atomics, then a barrier of
+   the consumer's 128 threads (``gl.thread_barrier`` = ``bar.sync 0, 128``; Triton also puts one before every
+   elected ``mbarrier.arrive``); one elected thread (tid % 128 == 0) arrives on ``done`` (``mbarrier.arrive``:
+   release semantics at CTA scope by default). Every signaller lane waits on ``done`` itself (``mbarrier.try_wait``:
+   acquire at CTA scope), then issues ``fence.proxy.async.global`` and its own ``red.release.gpu``.
    ``bar.sync`` synchronizes-with the other threads' ``bar.sync`` of the same barrier; the arrive synchronizes-with
    the wait that observes its phase; each pair is morally strong (same CTA, CTA scope). Base causality order is
    transitive through synchronizes-with and program order, whichever thread did the store, so every store and atomic
@@ -67,11 +70,11 @@ Memory ordering (PTX memory model; the argument behind the protocol):
 2. *Consumer side.* Loader lane j acquires counter j; a warp barrier (``bar.warp.sync``, which orders memory among
    the threads of the warp) brings every lane's acquire before every lane's later operations, among them the elected
    lane's TMA issue; ``fence.proxy.async.global`` after it orders the generic-proxy writes so observed before the
-   async-proxy (TMA) reads the loader then issues (the writers fenced too, point 1). LayerNorm tasks read generic
-   data in the consumer: the loader hands them over after the warp barrier (its elected arrive on ``full`` =
-   release.cta, the consumer threads' waits = acquire.cta), causality again, and the loads are ``.cg`` as today's
-   (L2, never a stale L1 line). GEMM and attention operands of other CTAs arrive only by TMA issued after the fence
-   (biases and LayerNorm weights are constant).
+   async-proxy (TMA) reads the loader then issues (the writers' side fenced too, by the signaller: point 1).
+   LayerNorm tasks read generic data in the consumer: the loader hands them over after the warp barrier (its elected
+   arrive on ``full`` = release.cta, the consumer threads' waits = acquire.cta), causality again, and the loads are
+   ``.cg`` as today's (L2, never a stale L1 line). GEMM and attention operands of other CTAs arrive only by TMA
+   issued after the fence (biases and LayerNorm weights are constant).
 3. *Write-after-read.* A task is released only after the consumer waited for every ring slot of it (its TMA reads
    landed in shared memory) and for its last wgmma: a later writer, ordered after the release by the graph
    (``graph.check_hazards``), cannot overwrite what the task still reads.
@@ -848,7 +851,8 @@ def _consumer(smem, bufs, qk_scale,
               K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
-              RING_N: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, CID: gl.constexpr):
+              RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr, num_warps: gl.constexpr,
+              CID: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -887,9 +891,11 @@ def _consumer(smem, bufs, qk_scale,
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
                            RING_N, mma_g, mma_q, out, acc_out)
-        # the task's generic stores / atomics: proxy-fenced (TMA reads them elsewhere), then all 128 threads'
+        # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
+        # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
-        _proxy_fence(lay, NT)
+        if not FENCE_AT_SIGNAL:
+            _proxy_fence(lay, NT)
         gl.thread_barrier()
         _stamp(trace_ptr, t, 4, TRACE, lay, NT)
         _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, sg, lay)
@@ -903,13 +909,16 @@ def _consumer(smem, bufs, qk_scale,
 
 @gluon.jit
 def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.constexpr,
-               MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr, CID: gl.constexpr):
+               MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr,
+               FENCE_AT_SIGNAL: gl.constexpr, CID: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, 32, layout=lay)
     pid = gl.program_id(0)
     i = 0
     t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, 0, lay)
     while t >= 0:
+        if FENCE_AT_SIGNAL:
+            _proxy_fence(lay, 32)
         if MAX_SIGNALS == 1:   # the counter came with the task (the loader read it): lane 0 releases it
             on = (lane == 0) & (sg >= 0)
             ids = gl.where(on, sg, 0)
@@ -950,7 +959,7 @@ def dag_ws_fwd(
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
-    CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
@@ -999,29 +1008,32 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
                        CONSUMERS)),
-            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
+                           FENCE_AT_SIGNAL, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, num_warps, 0)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, num_warps, 1)),
+                          TRACE, FENCE_AT_SIGNAL, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
                        CONSUMERS)),
-            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 0)),
-            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE, 1)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
+                           FENCE_AT_SIGNAL, 0)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
+                           FENCE_AT_SIGNAL, 1)),
         ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
 
 
@@ -1170,6 +1182,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 GOALS_IN_ROW=meta["WAIT"] == "parallel", STAGES=stages, BLOCK_N=block_n, BLOCK_N_QKV=block_n_qkv,
                 RING_N=ring_n, TRACE=bool(trace),
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
+                FENCE_AT_SIGNAL=True,   # the proxy fence in the signaller (False: in the consumer; the lab's A/B)
                 num_warps=4)
 
 

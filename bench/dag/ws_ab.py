@@ -1,0 +1,107 @@
+"""A/B timing of form ws configurations on one case, in one process (lab; docs/dag.md "Results"): each variant is a
+set of ``prepare`` parameters (``tune: off``) plus, optionally, overrides of the WS kernel's constexprs (``ws_meta``'s
+keys, e.g. ``FENCE_AT_SIGNAL=0``: the kernel rebuilt on the same prepared graph and buffers). Every variant passes
+the gate at the SPEC scales and seeds first (``ws_dag._gate_all``), then all are timed interleaved the way the
+pipeline times (``kernels.timing.time_calls``: L2 flushed, events around one call, rounds interleaved, order
+alternating), so a drift of the GPU's clocks or of its neighbours hits every variant alike.
+
+    python -m bench.dag.ws_ab --case 4 --rounds 40 --out DIR \\
+        --variant base "form=ws ctas_per_sm=1 @FENCE_AT_SIGNAL=0" --variant new "form=ws ctas_per_sm=1"
+
+One JSON file per case (``DIR/ws_ab_caseNN.json``, written atomically): per variant the parameters, the overrides,
+registers, the gate's worst error / tolerance and pass, the median / min / p90 ms and the ratio to the first
+variant's median. GPU only (Gluon has no interpreter).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def parse_variant(text: str) -> tuple[dict, dict]:
+    """``"name=value ... @CONSTEXPR=value ..."`` -> (prepare parameters, constexpr overrides)."""
+    from kernels.dag.host import parse_value
+    params, over = {}, {}
+    for kv in text.split():
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"ws_ab: {kv!r} is not name=value")
+        if k.startswith("@"):
+            over[k[1:]] = parse_value(v)
+        else:
+            params[k] = parse_value(v)
+    return params, over
+
+
+def prepare_variant(case, w, params: dict, over: dict):
+    """``host.prepare`` (``tune: off``) and, with ``over``, the WS kernel rebuilt with those constexprs."""
+    from kernels.dag import host
+    from kernels.dag.ws_kernel import WsRunner
+    p = host.prepare(case, w, **dict(params, tune="off"))
+    if over:
+        if p.ws is None:
+            raise SystemExit("ws_ab: constexpr overrides need form=ws")
+        unknown = sorted(set(over) - set(p.ws.meta))
+        if unknown:
+            raise SystemExit(f"ws_ab: {unknown} are not constexprs of dag_ws_fwd ({sorted(p.ws.meta)})")
+        r = WsRunner(p, dict(p.ws.meta, **over), p.grid, p.ctr, p.head, p.err, p.trace)
+        p.kernel = r.compile()
+        p.ws = r
+    return p
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "SPEC"), required=True,
+                    help='a name and "param=value ... @CONSTEXPR=value ..."; the first is the baseline')
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("ws_ab: no CUDA device (form ws runs on sm_90 GPUs only)")
+    from bench.dag.ws_dag import _gate_all
+    from kernels import load_case, make_input, make_weights
+    from kernels.dag import host
+    from kernels.timing import time_calls
+    case = load_case(a.case)
+    w = make_weights(case, device="cuda")
+    refs: dict = {}
+    recs, fns = [], {}
+    for name, spec in a.variant:
+        params, over = parse_variant(spec)
+        t0 = time.perf_counter()
+        p = prepare_variant(case, w, params, over)
+        rec = dict(case=case.name, variant=name, params=params, constexprs=over,
+                   prepare_s=round(time.perf_counter() - t0, 1), registers=p.info.get("registers"),
+                   spills=p.info.get("spills"))
+        rec["gate"] = _gate_all(case, w, lambda x, p=p: host.run(p, x), refs)
+        rec["gate"].pop("runs")
+        print(json.dumps(rec), flush=True)
+        recs.append(rec)
+        fns[name] = (lambda x, p=p: host.run(p, x))
+    xs = [make_input(case, 1.0, s, device="cuda") for s in range(2)]
+    times = time_calls(fns, xs, a.rounds, warmup=3)
+    base = statistics.median(times[a.variant[0][0]])
+    for rec in recs:
+        ts = sorted(times[rec["variant"]])
+        med = statistics.median(ts)
+        rec.update(median_ms=round(med, 5), min_ms=round(ts[0], 5), p90_ms=round(ts[int(0.9 * (len(ts) - 1))], 5),
+                   rounds=len(ts), vs_first=round(med / base, 4))
+        print(json.dumps({k: rec[k] for k in ("case", "variant", "median_ms", "min_ms", "p90_ms", "vs_first")}),
+              flush=True)
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"ws_ab_{case.name}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), argv=sys.argv[1:], records=recs), f, indent=1)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()
