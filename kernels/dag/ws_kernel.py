@@ -877,6 +877,7 @@ def _consumer(smem, bufs, qk_scale,
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    out_a: gl.constexpr = mma if EPI_DIRECT else out   # the attention output's stores (EPI_DIRECT: no conversion)
     gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr)
     q_hi, q_lo = q_buf
     q_mine = (q_hi.index(CID), q_lo.index(CID))     # this consumer's q buffer and its barriers
@@ -892,7 +893,7 @@ def _consumer(smem, bufs, qk_scale,
                      SCHEME_QKV, SCHEME_FFN1, lnl)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out_a)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
@@ -1190,7 +1191,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 RING_N=ring_n, TRACE=bool(trace),
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
                 FENCE_AT_SIGNAL=True,   # the proxy fence in the signaller (False: in the consumer; the lab's A/B)
-                EPI_DIRECT=False,       # the GEMM epilogues from the wgmma layout (True: no layout conversion)
+                EPI_DIRECT=False,       # the GEMM / attention epilogues from the wgmma layout (True: no conversion)
                 num_warps=4)
 
 
