@@ -640,3 +640,20 @@ def test_link_profile_splits_release_from_poll():
     assert r["poll"] == dict(n=1, mean_us=0.3, median_us=0.3)
     assert r["kinds"]["qkv"]["release"]["mean_us"] == 0.4 and r["kinds"]["ln1"]["poll"]["n"] == 0
 
+
+
+def test_phase_profile_splits_a_task_into_its_phases():
+    """``bench.dag.ws_dag.phase_profile`` on a hand-made 8-column trace (ns). Task 0 (qkv): the consumer took it at
+    100, its counters completed at 300 (so it waited 0.2 µs), its K loop ended at 1300, its work at 1500; the
+    signaller took it at 1600 and released at 2100. Task 1 (ln1, no K loop stamp) waits for task 0; its loader took
+    the ticket at 2400, after task 0's release (a late loader, 0.3 µs), and it ran from 2500 to 3000."""
+    trace = torch.tensor([[0, 300, 2100, 0, 1500, 100, 1300, 1600],
+                          [2400, 2500, 3400, 0, 3000, 2450, 0, 3100]], dtype=torch.int64)
+    r = W.phase_profile(trace, [[], [0]], ["qkv", "ln1"])
+    q, ln = r["kinds"]["qkv"], r["kinds"]["ln1"]
+    assert (q["start"], q["body"], q["loop"], q["epilogue"], q["handoff"], q["fence"]) == (0.2, 1.2, 1.0, 0.2, 0.1, 0.5)
+    assert (ln["start"], ln["body"], ln["handoff"], ln["fence"], ln["n"]) == (0.05, 0.5, 0.1, 0.3, 1)
+    assert "loop" not in ln
+    assert r["late_loader"] == dict(share=1.0, mean_us=0.3)
+    with pytest.raises(ValueError, match="8-column"):
+        W.phase_profile(trace[:, :5], [[], [0]], ["qkv", "ln1"])

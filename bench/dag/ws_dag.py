@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 
-from kernels.dag.host import epoch_limit
+from kernels.dag.host import TRACE_COLS, epoch_limit
 from kernels.dag.ws_kernel import (  # noqa: F401  (re-exported: the lab's tests and scripts name them here)
     A_BUFS, CONSTEXPRS, CONTROL, POINTERS, SCALARS, STAGES_DEFAULT, TILE, W_BUFS, DirectLaunch, WsRunner,
     WsUnsupported, _no_launch_hooks, check_supported, compile_for_sm90, dag_ws_fwd, descriptors, unwrap_launcher,
@@ -76,7 +76,7 @@ class WsDag(WsRunner):
         n_tasks = len(p.graph.tasks)
         ctr, head = (share.ctr, share.head) if share else (torch.zeros_like(p.ctr), torch.zeros_like(p.head))
         super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace), grid, ctr, head, torch.zeros_like(p.err),
-                         torch.zeros(*((n_tasks, 5) if trace else (1,)), dtype=torch.int64, device=dev), direct)
+                         torch.zeros(*((n_tasks, TRACE_COLS) if trace else (1,)), dtype=torch.int64, device=dev), direct)
         self.spin_limit = p.spin_limit if spin_limit is None else spin_limit
         self.epoch = share.epoch if share else 0
         self.epoch_limit = epoch_limit(p.graph.goals, self.n_tasks, self.grid)
@@ -432,6 +432,7 @@ def run_case(case_id: str, args, recs: list) -> None:
         from kernels.dag import graph as G
         rec["consumer"] = consumer_profile(tr.trace.cpu(), [G.KINDS[task.kind] for task in p.graph.tasks])
         rec["links"] = link_profile(tr.trace.cpu(), p.graph.producers, [G.KINDS[task.kind] for task in p.graph.tasks])
+        rec["phases"] = phase_profile(tr.trace.cpu(), p.graph.producers, [G.KINDS[task.kind] for task in p.graph.tasks])
         pt = host.prepare(case, w, **dict(params, trace=True))
         for _ in range(2):
             host.run(pt, x)
@@ -470,7 +471,7 @@ def _host_view(p):
 
 
 def _profile(p, trace, grid) -> dict:
-    """``host.task_profile`` of a trace tensor ([tasks, 5] int64, the same columns as today's kernel's)."""
+    """``host.task_profile`` of a trace tensor ([tasks, 8] int64, the same columns as today's kernel's)."""
     from types import SimpleNamespace
     from kernels.dag import host
     prof = host.task_profile(SimpleNamespace(meta=dict(TRACE=True), trace=trace, graph=p.graph, grid=grid))
@@ -547,6 +548,54 @@ def link_profile(trace, producers: list, kinds: list) -> dict:
     every_poll = [x for v in poll.values() for x in v]
     return dict(release=stats(every_rel), poll=stats(every_poll),
                 kinds={k: dict(release=stats(rel[k]), poll=stats(poll.get(k, []))) for k in rel})
+
+
+def phase_profile(trace, producers: list, kinds: list) -> dict:
+    """Where a task's time goes in form ws, from the 8-column trace (ns; 0 the loader's ticket, 1 its counters
+    complete, 2 the signaller's release issued, 4 the consumer's work done, 5 the consumer took the task, 6 a GEMM's
+    K loop done, 7 the signaller took the task). Per kind, mean µs of: *start* = max(5, 1) − 5 when the consumer
+    took the task before its counters completed (it waited for the dependency; else 0); *body* = 4 − max(5, 1) (the
+    task from its operands' earliest start: a GEMM's first data and K loop and epilogue, the LayerNorm rows, the
+    attention); for GEMMs *loop* = 6 − max(5, 1) and *epilogue* = 4 − 6; *handoff* = 7 − 4 (the consumer's done to
+    the signaller taking it); *fence* = 2 − 7 (the proxy fence and the release). ``late_loader``: of the tasks with
+    producers, the share whose loader took the ticket only after the last producer's release (that link waited for the
+    loader, not the counter) and the mean µs from that release to the ticket. Tasks with a zero stamp (the kernel did
+    not write it) are left out of that phase."""
+    import statistics
+    import torch
+    t = trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
+    if t.shape[1] < 8:
+        raise ValueError(f"phase_profile: an 8-column trace (ws_kernel.py, TRACE_COLS), not {t.shape[1]}")
+    t = t.tolist()
+    acc: dict = {}
+
+    def add(k, phase, v):
+        acc.setdefault(k, {}).setdefault(phase, []).append(v)
+    for i, r in enumerate(t):
+        k = kinds[i]
+        if r[5] and r[1]:
+            s0 = max(r[5], r[1])
+            add(k, "start", s0 - r[5])
+            add(k, "body", r[4] - s0)
+            if r[6]:
+                add(k, "loop", r[6] - s0)
+                add(k, "epilogue", r[4] - r[6])
+        if r[7]:
+            add(k, "handoff", r[7] - r[4])
+            add(k, "fence", r[2] - r[7])
+    late = []
+    n_links = 0
+    for i, ps in enumerate(producers):
+        if not ps:
+            continue
+        n_links += 1
+        last = max(ps, key=lambda q: t[q][2])
+        if t[i][0] > t[last][2]:
+            late.append(t[i][0] - t[last][2])
+    out = {k: {ph: round(statistics.fmean(v) / 1e3, 3) for ph, v in d.items()} | {"n": len(d.get("body", []))}
+           for k, d in acc.items()}
+    return dict(kinds=out, late_loader=dict(share=round(len(late) / n_links, 3) if n_links else None,
+                                             mean_us=round(statistics.fmean(late) / 1e3, 3) if late else None))
 
 
 def _summary(r: dict) -> dict:

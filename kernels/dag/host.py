@@ -24,6 +24,7 @@ from .kernel import TASK_HEADER, _dag_fwd
 
 INT32_MAX = 2**31 - 1
 FORMS = ("tl", "ws")      # tl: kernel.py (@triton.jit) | ws: ws_kernel.py (warp-specialized Gluon, sm_90)
+TRACE_COLS = 8            # int64 stamps per task of a traced launch (task_profile: the columns)
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"),
@@ -183,7 +184,7 @@ class DagPrepared:
     goal: torch.Tensor        # [n_counters] int32
     head: torch.Tensor        # [1] int32
     err: torch.Tensor         # [2] int32
-    trace: torch.Tensor       # trace: [tasks, 5] int64 (kernel.py / ws_kernel.py, trace_ptr), else a 1-element dummy
+    trace: torch.Tensor       # trace: [tasks, TRACE_COLS] int64 (kernel.py / ws_kernel.py, trace_ptr), else a 1-element dummy
     qk_scale: float
     spin_limit: int
     epoch: int = 0            # launches since the counters were last zeroed
@@ -372,7 +373,7 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
         ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
         goal=torch.tensor(g.goals, dtype=torch.int32, device=dev), head=torch.zeros(1, dtype=torch.int32, device=dev),
         err=torch.zeros(2, dtype=torch.int32, device=dev),
-        trace=torch.zeros(*((len(g.tasks), 5) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
+        trace=torch.zeros(*((len(g.tasks), TRACE_COLS) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
         qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=o["spin_limit"])
     p.info = dict(form=o["form"], grid=grid, tiling=t.__dict__, **G.summary(g, grid))
     if ws:
@@ -526,8 +527,9 @@ def task_profile(p: DagPrepared) -> dict:
     the counter atomics, inside work); the programs' busy fraction (work / (grid x
     kernel)); the spread of the programs' first tickets; the SMs used and programs per SM.
 
-    Both forms write the same [tasks, 5] int64 layout (kernel.py's and ws_kernel.py's ``_stamp`` calls): 0 ticket,
-    1 counters complete, 2 signalled, 3 program << 16 | SM, 4 work done (before the release). In form ws the stamps
+    Both forms write the same [tasks, 8] int64 layout (kernel.py's and ws_kernel.py's ``_stamp`` calls): 0 ticket,
+    1 counters complete, 2 signalled, 3 program << 16 | SM, 4 work done (before the release); form ws also 5 the
+    consumer took the task, 6 a GEMM's K loop done, 7 the signaller took it (``bench.dag.ws_dag.phase_profile``). In form ws the stamps
     come from three partitions: 0 and 1 from the loader (at most one task ahead of the consumer), 4 from the
     consumer, 2 and 3 from the signaller (after the hand-over); so a task's ``wait`` ends when its operands could
     load, its ``work`` also holds the time it queued behind the consumer's previous task (the sum of work can pass

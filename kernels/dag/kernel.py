@@ -421,8 +421,8 @@ def _dag_fwd(
     goal_ptr,               # [n_counters] int32 signals per counter per launch
     head_ptr,               # [1] int32 queue head (QUEUE queue; monotonic across launches)
     err_ptr,                # [2] int32: waits that gave up, the last task that gave up
-    trace_ptr,              # TRACE: [n_tasks, 5] int64 per task: ticket, wait done, task done (%globaltimer ns),
-                            # program << 16 | SM, work done (before the signal); else unused
+    trace_ptr,              # TRACE: [n_tasks, 8] int64 per task: ticket, wait done, task done (%globaltimer ns),
+                            # program << 16 | SM, work done (before the signal), 5-7 form ws only; else unused
     n_tasks,                # tasks in the graph
     epoch,                  # launches so far, this one included (>= 1)
     spin_limit,             # polls before a wait gives up
@@ -465,13 +465,13 @@ def _dag_fwd(
         c = tl.load(row + 4)
         z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_task)
         if TRACE:
-            tl.store(trace_ptr + 5 * t, globaltimer(pid))
+            tl.store(trace_ptr + 8 * t, globaltimer(pid))
         if WAIT == "parallel":
             _wait_task_parallel(row, ctr_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, MAX_SIGNALS, MAX_WAITS_P2, GPU)
         else:
             _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
         if TRACE:
-            tl.store(trace_ptr + 5 * t + 1, globaltimer(pid))
+            tl.store(trace_ptr + 8 * t + 1, globaltimer(pid))
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, z, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr, ln1w_ptr,
                      ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, SCHEME_QKV,
@@ -491,11 +491,11 @@ def _dag_fwd(
                                SCHEME_FFN2, GELU, DOT_PREC,
                                NUM_STAGES, GPU)
         if TRACE:
-            tl.store(trace_ptr + 5 * t + 4, globaltimer(pid))
+            tl.store(trace_ptr + 8 * t + 4, globaltimer(pid))
         _signal_task(row, ctr_ptr, MAX_WAITS, MAX_SIGNALS, GPU)
         if TRACE:
-            tl.store(trace_ptr + 5 * t + 2, globaltimer(pid))
-            tl.store(trace_ptr + 5 * t + 3, (pid.to(tl.int64) << 16) | smid(pid).to(tl.int64))
+            tl.store(trace_ptr + 8 * t + 2, globaltimer(pid))
+            tl.store(trace_ptr + 8 * t + 3, (pid.to(tl.int64) << 16) | smid(pid).to(tl.int64))
         if QUEUE == "queue":
             pos = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
         else:

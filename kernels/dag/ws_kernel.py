@@ -240,7 +240,7 @@ def _stamp(trace_ptr, t, col: gl.constexpr, TRACE: gl.constexpr, lay: gl.constex
     if TRACE:
         o = gl.arange(0, NT, layout=lay)
         now = gl.inline_asm_elementwise(_NOW, "=l,r", [o], dtype=gl.int64, is_pure=False, pack=1)
-        gl.store(trace_ptr + t.to(gl.int64) * 5 + col + o * 0, now, mask=o == 0)
+        gl.store(trace_ptr + t.to(gl.int64) * 8 + col + o * 0, now, mask=o == 0)
 
 
 @gluon.jit
@@ -672,7 +672,7 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               EPI_DIRECT: gl.constexpr):
+               EPI_DIRECT: gl.constexpr, trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -680,15 +680,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       EPI_DIRECT)
+                       EPI_DIRECT, trace_ptr, t, TRACE, lay, NT)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, EPI_DIRECT)
+                       acc_out, EPI_DIRECT, trace_ptr, t, TRACE, lay, NT)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       EPI_DIRECT)
+                       EPI_DIRECT, trace_ptr, t, TRACE, lay, NT)
     return g
 
 
@@ -698,7 +698,8 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
-               mma: gl.constexpr, out_b: gl.constexpr, acc_out_b: gl.constexpr, EPI_DIRECT: gl.constexpr):
+               mma: gl.constexpr, out_b: gl.constexpr, acc_out_b: gl.constexpr, EPI_DIRECT: gl.constexpr,
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out_b`` (16-byte split
@@ -735,6 +736,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
         acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
     else:
         acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+    _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     row0 = m * T64
     col0 = n * BN
     if EPI == "qkv":
@@ -887,6 +889,7 @@ def _consumer(smem, bufs, qk_scale,
     na = 0
     t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, 0, lay)
     while t >= 0:
+        _stamp(trace_ptr, t, 5, TRACE, lay, NT)
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
                      ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
@@ -898,7 +901,7 @@ def _consumer(smem, bufs, qk_scale,
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, EPI_DIRECT)
+                           RING_N, mma_g, mma_q, out, acc_out, EPI_DIRECT, trace_ptr, t, TRACE, lay, NT)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -925,6 +928,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
     i = 0
     t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, 0, lay)
     while t >= 0:
+        _stamp(trace_ptr, t, 7, TRACE, lay, 32)
         if FENCE_AT_SIGNAL:
             _proxy_fence(lay, 32)
         if MAX_SIGNALS == 1:   # the counter came with the task (the loader read it): lane 0 releases it
@@ -941,7 +945,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
         if TRACE:
             _stamp(trace_ptr, t, 2, TRACE, lay, 32)
             sm = gl.inline_asm_elementwise(_SMID, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
-            gl.store(trace_ptr + t.to(gl.int64) * 5 + 3 + lane * 0, (pid.to(gl.int64) << 16) | sm.to(gl.int64),
+            gl.store(trace_ptr + t.to(gl.int64) * 8 + 3 + lane * 0, (pid.to(gl.int64) << 16) | sm.to(gl.int64),
                      mask=lane == 0)
         i += 1
         t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, i, lay)
