@@ -250,6 +250,16 @@ def _proxy_fence(lay: gl.constexpr, NT: gl.constexpr):
     gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [o], dtype=gl.int32, is_pure=False, pack=1)
 
 
+@gluon.constexpr_function
+def _slot_layout(warps, packed):
+    """The layout of a hand-over slot's FIELDS words in a partition of ``warps`` warps: ``packed``, every thread holds
+    the whole slot (one 32-byte shared-memory read, each word a register select: no cross-lane reduction), else one
+    word a lane (``_field`` then reduces across lanes)."""
+    if packed:
+        return gl.BlockedLayout([FIELDS.value], [32], [warps], [0])
+    return gl.BlockedLayout([1], [32], [warps], [0])
+
+
 @gluon.jit
 def _field(v, idx, j: gl.constexpr):
     """Word j of a hand-over slot's vector ``v`` (max over the one matching lane: replicated lanes are harmless)."""
@@ -260,7 +270,7 @@ def _field(v, idx, j: gl.constexpr):
 def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, sg, lay: gl.constexpr):
     """Hand a task (id t, its row fields, its first ring step g and the counter it signals sg) over: turn i of the
     2-slot ring at slots base, base + 1 (one per consumer), once its slot is free (an mbarrier starts with phase 1
-    complete: the first pass over the ring does not wait)."""
+    complete: the first pass over the ring does not wait). ``lay``: the slot's layout (``_slot_layout``)."""
     q = base + i % 2
     mbarrier.wait(free.index(q), ((i // 2) & 1) ^ 1)
     idx = gl.arange(0, FIELDS, layout=lay)
@@ -274,7 +284,7 @@ def _put(ring, full, free, base, i, t, kind, l, a, b, c, g, sg, lay: gl.constexp
 @gluon.jit
 def _take(ring, full, free, base, i, lay: gl.constexpr):
     """The task of turn i of the 2-slot ring at slots base, base + 1 (``_put``): (t, kind, l, a, b, c, g, sg); the
-    slot handed back."""
+    slot handed back. ``lay``: the slot's layout (``_slot_layout``)."""
     q = base + i % 2
     mbarrier.wait(full.index(q), (i // 2) & 1)
     idx = gl.arange(0, FIELDS, layout=lay)
@@ -451,11 +461,12 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
-            RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr):
+            RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
     lane = gl.arange(0, 32, layout=lay)
     nprog = gl.num_programs(0)
     base = (epoch - 1) * (n_tasks + nprog)   # every launch takes n_tasks + grid tickets (one empty per program)
@@ -495,14 +506,14 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
                            RING_N)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
-            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, lay)   # which comes only
+            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)   # which comes only
             #                                                                         after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
                        lane, MAX_WAITS, GOALS_IN_ROW)
         _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
-            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, lay)
+            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
         row0 = a * T64
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
@@ -527,7 +538,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
         _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
-             lay)
+             hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -861,7 +872,7 @@ def _consumer(smem, bufs, qk_scale,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr, EPI_DIRECT: gl.constexpr,
-              num_warps: gl.constexpr, CID: gl.constexpr):
+              PACKED_HANDOFF: gl.constexpr, num_warps: gl.constexpr, CID: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -879,6 +890,7 @@ def _consumer(smem, bufs, qk_scale,
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
     out_a: gl.constexpr = mma if EPI_DIRECT else out   # the attention output's stores (EPI_DIRECT: no conversion)
     gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr)
     q_hi, q_lo = q_buf
@@ -887,7 +899,7 @@ def _consumer(smem, bufs, qk_scale,
     q_empty_c = q_empty.index(CID)
     i = 0
     na = 0
-    t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, 0, lay)
+    t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, 0, hl)
     while t >= 0:
         _stamp(trace_ptr, t, 5, TRACE, lay, NT)
         if (kind == 0) | (kind == 4) | (kind == 7):
@@ -909,10 +921,10 @@ def _consumer(smem, bufs, qk_scale,
             _proxy_fence(lay, NT)
         gl.thread_barrier()
         _stamp(trace_ptr, t, 4, TRACE, lay, NT)
-        _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, sg, lay)
+        _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, sg, hl)
         i += 1
-        t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, i, lay)
-    _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, 0, lay)
+        t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, i, hl)
+    _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -921,12 +933,13 @@ def _consumer(smem, bufs, qk_scale,
 @gluon.jit
 def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.constexpr,
                MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr,
-               FENCE_AT_SIGNAL: gl.constexpr, CID: gl.constexpr):
+               FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr, CID: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
     lane = gl.arange(0, 32, layout=lay)
     pid = gl.program_id(0)
     i = 0
-    t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, 0, lay)
+    t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, 0, hl)
     while t >= 0:
         _stamp(trace_ptr, t, 7, TRACE, lay, 32)
         if FENCE_AT_SIGNAL:
@@ -948,7 +961,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
             gl.store(trace_ptr + t.to(gl.int64) * 8 + 3 + lane * 0, (pid.to(gl.int64) << 16) | sm.to(gl.int64),
                      mask=lane == 0)
         i += 1
-        t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, i, lay)
+        t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, i, hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -972,7 +985,7 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr, EPI_DIRECT: gl.constexpr,
-    num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1020,32 +1033,32 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, EPI_DIRECT, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, EPI_DIRECT, PACKED_HANDOFF, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS)),
+                       CONSUMERS, PACKED_HANDOFF)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, 0)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, EPI_DIRECT, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, EPI_DIRECT, PACKED_HANDOFF, num_warps, 0)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, EPI_DIRECT, num_warps, 1)),
+                          TRACE, FENCE_AT_SIGNAL, EPI_DIRECT, PACKED_HANDOFF, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS)),
+                       CONSUMERS, PACKED_HANDOFF)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, 0)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, 1)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 1)),
         ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
 
 
@@ -1196,6 +1209,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
                 FENCE_AT_SIGNAL=True,   # the proxy fence in the signaller (False: in the consumer; the lab's A/B)
                 EPI_DIRECT=False,       # the GEMM / attention epilogues from the wgmma layout (True: no conversion)
+                PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
                 num_warps=4)
 
 
