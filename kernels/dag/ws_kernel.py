@@ -106,7 +106,9 @@ registers a thread at 128; ptxas: no spills, no wgmma serialization); the QKV ep
 column to its part and head, so a 128-wide tile spans two heads.
 
 Where it is simplest rather than fast (a draft): a task's hand-overs cost a few shared-memory round trips and CTA
-barriers; the loader handles LayerNorm tasks' waits serially with the rest. The launch: the first goes through
+barriers (every thread reads a slot whole, ``PACKED_HANDOFF``: read a word a lane and reduced across the lanes they
+made the forward pass 2.6–8.5% slower, docs/dag.md "Results" 34); the loader handles LayerNorm tasks' waits serially
+with the rest. The launch: the first goes through
 the kernel is compiled once (``WsRunner.compile``: ``host.prepare_one`` on CUDA; else the first launch, through Gluon's
 JIT path), then every launch goes through ``DirectLaunch``, Triton's launcher module called directly with the 18 TMA
 descriptors encoded once (the JIT path binds ~75 arguments and encodes every descriptor on each call: 117–235 µs of
