@@ -53,7 +53,7 @@ def test_ws_kernel_compiles_for_sm90_with_its_protocol(compiled, name):
     assert r["wgmma"] > 0 and r["wgmma"] % 4 == 0, r            # m64n64k16: four per 64-wide K step
     assert r["tma"] >= 8, r
     assert r["red_release"] >= 1 and r["ld_acquire"] >= 1, r
-    assert r["fence_proxy"] >= 2, r                               # the loader's after the acquire, the consumer's
+    assert r["fence_proxy"] >= 2, r                               # the loader's after the acquire, the signaller's
     assert r["f32_atomics"] > 0 and r["setmaxnreg"] > 0, r
     assert r["mbarrier_wait"] > 0 and r["mbarrier_arrive"] > 0, r
     assert r["warps"] == 8 and r["shared"] <= 232448, r           # 4 consumer warps + the workers' warpgroup
@@ -657,3 +657,37 @@ def test_phase_profile_splits_a_task_into_its_phases():
     assert r["late_loader"] == dict(share=1.0, mean_us=0.3)
     with pytest.raises(ValueError, match="8-column"):
         W.phase_profile(trace[:, :5], [[], [0]], ["qkv", "ln1"])
+
+
+_PACKED_PROBE = """
+import json, re, sys
+from bench.dag import ws_dag as W
+orig = W.ws_meta
+out = {}
+for packed in (True, False):
+    def meta(*a, _p=packed, **k):
+        m = orig(*a, **k)
+        out["default"] = m["PACKED_HANDOFF"]
+        m["PACKED_HANDOFF"] = _p
+        return m
+    W.ws_meta = meta
+    ptx = W.compile_case("4", params=dict(form="ws", ctas_per_sm=1, split_k_o=2))[0].asm["ptx"]
+    out[str(packed)] = dict(shfl=len(re.findall(r"\\bshfl\\.sync", ptx)), **W._ptxas(ptx))
+print(json.dumps(out))
+"""
+
+
+def test_packed_hand_over_slots_need_no_cross_lane_reductions():
+    """``PACKED_HANDOFF`` (the default): every thread reads a hand-over slot whole, so taking its words out needs no
+    shuffles; with a word a lane (the lab's ``@PACKED_HANDOFF=0``) each word is a reduction across the lanes. Case 4's
+    kernel compiled for sm_90a both ways (in a process without ``TRITON_INTERPRET``): fewer ``shfl.sync`` with the
+    slots packed, no spills, no serialized wgmma."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _PACKED_PROBE], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["default"] is True
+    assert r["True"]["shfl"] < r["False"]["shfl"], r
+    for k in ("True", "False"):
+        assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r
