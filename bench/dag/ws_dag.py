@@ -76,7 +76,7 @@ class WsDag(WsRunner):
         n_tasks = len(p.graph.tasks)
         ctr, head = (share.ctr, share.head) if share else (torch.zeros_like(p.ctr), torch.zeros_like(p.head))
         super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace), grid, ctr, head, torch.zeros_like(p.err),
-                         torch.zeros(*((n_tasks, TRACE_COLS) if trace else (1,)), dtype=torch.int64, device=dev), direct)
+                         torch.zeros(*((n_tasks, TRACE_COLS.value) if trace else (1,)), dtype=torch.int64, device=dev), direct)
         self.spin_limit = p.spin_limit if spin_limit is None else spin_limit
         self.epoch = share.epoch if share else 0
         self.epoch_limit = epoch_limit(p.graph.goals, self.n_tasks, self.grid)
@@ -430,9 +430,10 @@ def run_case(case_id: str, args, recs: list) -> None:
         ws.epoch = tr.epoch
         rec["profile"] = _profile(p, tr.trace, tr.grid)
         from kernels.dag import graph as G
-        rec["consumer"] = consumer_profile(tr.trace.cpu(), [G.KINDS[task.kind] for task in p.graph.tasks])
-        rec["links"] = link_profile(tr.trace.cpu(), p.graph.producers, [G.KINDS[task.kind] for task in p.graph.tasks])
-        rec["phases"] = phase_profile(tr.trace.cpu(), p.graph.producers, [G.KINDS[task.kind] for task in p.graph.tasks])
+        trace, kinds = tr.trace.cpu(), [G.KINDS[task.kind] for task in p.graph.tasks]
+        rec["consumer"] = consumer_profile(trace, kinds)
+        rec["links"] = link_profile(trace, p.graph.producers, kinds)
+        rec["phases"] = phase_profile(trace, p.graph.producers, kinds)
         pt = host.prepare(case, w, **dict(params, trace=True))
         for _ in range(2):
             host.run(pt, x)
@@ -479,6 +480,17 @@ def _profile(p, trace, grid) -> dict:
     return prof
 
 
+def _float_trace(trace):
+    """A trace (tensor or nested list of ns stamps) as a float64 tensor."""
+    import torch
+    return trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
+
+
+def _last_producers(rows: list, producers: list) -> list:
+    """(task, its producer with the latest release, column 2) for every task with producers."""
+    return [(i, max(ps, key=lambda q: rows[q][2])) for i, ps in enumerate(producers) if ps]
+
+
 def consumer_profile(trace, kinds: list, kernel_t0: float | None = None) -> dict:
     """How busy form ws's consumer warpgroup is, from the trace's stamps (``task_profile``'s columns: 1 the loader's
     counters complete, 3 program << 16 | SM, 4 the consumer's work done). Per program the tasks in the order the
@@ -488,8 +500,7 @@ def consumer_profile(trace, kinds: list, kernel_t0: float | None = None) -> dict
     kernel); ``idle_dep_us`` the mean per program of the gaps where the consumer waited for a dependency; per kind the
     mean consumer time of a task (µs), ``kinds`` giving each task's kind name. One consumer per program (with two, a
     program's tasks interleave and the split does not apply)."""
-    import torch
-    t = trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
+    t = _float_trace(trace)
     t0 = float(t[:, 0].min()) if kernel_t0 is None else kernel_t0
     end = float(t[:, 4].max())
     prog = (t[:, 3].long() >> 16).tolist()
@@ -527,15 +538,10 @@ def link_profile(trace, producers: list, kinds: list) -> dict:
     busy elsewhere). Per kind of L, and over all: n, mean and median µs of each (the timer ticks at ~32 ns or coarser:
     means over many links, not single values)."""
     import statistics
-    import torch
-    t = trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
-    t = t.tolist()
+    t = _float_trace(trace).tolist()
     rel: dict = {}
     poll: dict = {}
-    for i, ps in enumerate(producers):
-        if not ps:
-            continue
-        last = max(ps, key=lambda q: t[q][2])
+    for i, last in _last_producers(t, producers):
         k = kinds[last]
         rel.setdefault(k, []).append(t[last][2] - t[last][4])
         if t[i][0] <= t[last][2]:
@@ -562,10 +568,9 @@ def phase_profile(trace, producers: list, kinds: list) -> dict:
     loader, not the counter) and the mean µs from that release to the ticket. Tasks with a zero stamp (the kernel did
     not write it) are left out of that phase."""
     import statistics
-    import torch
-    t = trace.double() if isinstance(trace, torch.Tensor) else torch.as_tensor(trace, dtype=torch.float64)
-    if t.shape[1] < 8:
-        raise ValueError(f"phase_profile: an 8-column trace (ws_kernel.py, TRACE_COLS), not {t.shape[1]}")
+    t = _float_trace(trace)
+    if t.shape[1] < TRACE_COLS.value:
+        raise ValueError(f"phase_profile: a {TRACE_COLS.value}-column trace (kernel.py's TRACE_COLS), not {t.shape[1]}")
     t = t.tolist()
     acc: dict = {}
 
@@ -583,15 +588,9 @@ def phase_profile(trace, producers: list, kinds: list) -> dict:
         if r[7]:
             add(k, "handoff", r[7] - r[4])
             add(k, "fence", r[2] - r[7])
-    late = []
-    n_links = 0
-    for i, ps in enumerate(producers):
-        if not ps:
-            continue
-        n_links += 1
-        last = max(ps, key=lambda q: t[q][2])
-        if t[i][0] > t[last][2]:
-            late.append(t[i][0] - t[last][2])
+    links = _last_producers(t, producers)
+    n_links = len(links)
+    late = [t[i][0] - t[last][2] for i, last in links if t[i][0] > t[last][2]]
     out = {k: {ph: round(statistics.fmean(v) / 1e3, 3) for ph, v in d.items()} | {"n": len(d.get("body", []))}
            for k, d in acc.items()}
     return dict(kinds=out, late_loader=dict(share=round(len(late) / n_links, 3) if n_links else None,

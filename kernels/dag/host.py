@@ -20,11 +20,10 @@ from ..registry import Unsupported
 from ..validate import ParameterError, check_input, check_names, check_weights
 from ..weights import Weights
 from . import graph as G
-from .kernel import TASK_HEADER, _dag_fwd
+from .kernel import TASK_HEADER, TRACE_COLS, _dag_fwd
 
 INT32_MAX = 2**31 - 1
 FORMS = ("tl", "ws")      # tl: kernel.py (@triton.jit) | ws: ws_kernel.py (warp-specialized Gluon, sm_90)
-TRACE_COLS = 8            # int64 stamps per task of a traced launch (task_profile: the columns)
 MAX_WAITS_LIMIT = 32      # dependency counters one task may wait for (the kernel unrolls the waits)
 CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, scheme_ffn2=G.SCHEMES,
                queue=("queue", "static"), order=G.ORDERS, gelu=("log2poly", "erf"),
@@ -184,7 +183,7 @@ class DagPrepared:
     goal: torch.Tensor        # [n_counters] int32
     head: torch.Tensor        # [1] int32
     err: torch.Tensor         # [2] int32
-    trace: torch.Tensor       # trace: [tasks, TRACE_COLS] int64 (kernel.py / ws_kernel.py, trace_ptr), else a 1-element dummy
+    trace: torch.Tensor       # [tasks, TRACE_COLS] int64 (kernel.py / ws_kernel.py, trace_ptr), else a 1-element dummy
     qk_scale: float
     spin_limit: int
     epoch: int = 0            # launches since the counters were last zeroed
@@ -373,7 +372,8 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
         ctr=torch.zeros(g.n_counters, dtype=torch.int32, device=dev),
         goal=torch.tensor(g.goals, dtype=torch.int32, device=dev), head=torch.zeros(1, dtype=torch.int32, device=dev),
         err=torch.zeros(2, dtype=torch.int32, device=dev),
-        trace=torch.zeros(*((len(g.tasks), TRACE_COLS) if o["trace"] else (1,)), dtype=torch.int64, device=dev),
+        trace=torch.zeros(*((len(g.tasks), TRACE_COLS.value) if o["trace"] else (1,)), dtype=torch.int64,
+                          device=dev),
         qk_scale=math.log2(math.e) / math.sqrt(case.dh), spin_limit=o["spin_limit"])
     p.info = dict(form=o["form"], grid=grid, tiling=t.__dict__, **G.summary(g, grid))
     if ws:

@@ -35,6 +35,7 @@ from ..common.tl_helpers import (dot_split, gelu_erf, gelu_log2poly, globaltimer
                                  split_f16)
 
 LN_EPS = tl.constexpr(1e-5)
+TRACE_COLS = tl.constexpr(8)  # int64 stamps per task of a traced launch (host.task_profile names the columns)
 TASK_HEADER = tl.constexpr(8)  # kind, layer, a, b, c, waits, signals, (unused); then the wait ids, the signal ids,
                                # the wait counters' goals (host.task_table)
 
@@ -465,13 +466,13 @@ def _dag_fwd(
         c = tl.load(row + 4)
         z = tl.multiple_of(tl.load(row + 7), 1024)  # 0 (see _ln_task)
         if TRACE:
-            tl.store(trace_ptr + 8 * t, globaltimer(pid))
+            tl.store(trace_ptr + TRACE_COLS * t, globaltimer(pid))
         if WAIT == "parallel":
             _wait_task_parallel(row, ctr_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, MAX_SIGNALS, MAX_WAITS_P2, GPU)
         else:
             _wait_task(row, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, MAX_WAITS, GPU)
         if TRACE:
-            tl.store(trace_ptr + 8 * t + 1, globaltimer(pid))
+            tl.store(trace_ptr + TRACE_COLS * t + 1, globaltimer(pid))
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, z, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr, ln1w_ptr,
                      ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS, SCHEME_QKV,
@@ -491,11 +492,11 @@ def _dag_fwd(
                                SCHEME_FFN2, GELU, DOT_PREC,
                                NUM_STAGES, GPU)
         if TRACE:
-            tl.store(trace_ptr + 8 * t + 4, globaltimer(pid))
+            tl.store(trace_ptr + TRACE_COLS * t + 4, globaltimer(pid))
         _signal_task(row, ctr_ptr, MAX_WAITS, MAX_SIGNALS, GPU)
         if TRACE:
-            tl.store(trace_ptr + 8 * t + 2, globaltimer(pid))
-            tl.store(trace_ptr + 8 * t + 3, (pid.to(tl.int64) << 16) | smid(pid).to(tl.int64))
+            tl.store(trace_ptr + TRACE_COLS * t + 2, globaltimer(pid))
+            tl.store(trace_ptr + TRACE_COLS * t + 3, (pid.to(tl.int64) << 16) | smid(pid).to(tl.int64))
         if QUEUE == "queue":
             pos = tl.atomic_add(head_ptr, 1, sem="relaxed") - base
         else:

@@ -125,6 +125,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from ..common import task_sync
 from ..common.tl_helpers import GELU_Q0, GELU_Q1, GELU_Q2, GELU_Q3, GELU_Q4, GELU_Q5  # log2 Phi(-u): the one fit
 from ..registry import Unsupported
+from .kernel import TRACE_COLS   # the trace's row width, one for both forms
 from ..validate import ParameterError
 
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
@@ -242,7 +243,7 @@ def _stamp(trace_ptr, t, col: gl.constexpr, TRACE: gl.constexpr, lay: gl.constex
     if TRACE:
         o = gl.arange(0, NT, layout=lay)
         now = gl.inline_asm_elementwise(_NOW, "=l,r", [o], dtype=gl.int64, is_pure=False, pack=1)
-        gl.store(trace_ptr + t.to(gl.int64) * 8 + col + o * 0, now, mask=o == 0)
+        gl.store(trace_ptr + t.to(gl.int64) * TRACE_COLS + col + o * 0, now, mask=o == 0)
 
 
 @gluon.jit
@@ -957,8 +958,8 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
         if TRACE:
             _stamp(trace_ptr, t, 2, TRACE, lay, 32)
             sm = gl.inline_asm_elementwise(_SMID, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
-            gl.store(trace_ptr + t.to(gl.int64) * 8 + 3 + lane * 0, (pid.to(gl.int64) << 16) | sm.to(gl.int64),
-                     mask=lane == 0)
+            gl.store(trace_ptr + t.to(gl.int64) * TRACE_COLS + 3 + lane * 0,
+                     (pid.to(gl.int64) << 16) | sm.to(gl.int64), mask=lane == 0)
         i += 1
         t, kind, l, a, b, c, g, sg = _take(sigs, done, sig_free, 2 * CID, i, hl)
 
