@@ -76,7 +76,8 @@ class WsDag(WsRunner):
         n_tasks = len(p.graph.tasks)
         ctr, head = (share.ctr, share.head) if share else (torch.zeros_like(p.ctr), torch.zeros_like(p.head))
         super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace), grid, ctr, head, torch.zeros_like(p.err),
-                         torch.zeros(*((n_tasks, TRACE_COLS.value) if trace else (1,)), dtype=torch.int64, device=dev), direct)
+                         torch.zeros(*((n_tasks, TRACE_COLS.value) if trace else (1,)), dtype=torch.int64,
+                                     device=dev), direct)
         self.spin_limit = p.spin_limit if spin_limit is None else spin_limit
         self.epoch = share.epoch if share else 0
         self.epoch_limit = epoch_limit(p.graph.goals, self.n_tasks, self.grid)
