@@ -530,10 +530,11 @@ def task_profile(p: DagPrepared) -> dict:
     Both forms write the same [tasks, 8] int64 layout (kernel.py's and ws_kernel.py's ``_stamp`` calls): 0 ticket,
     1 counters complete, 2 signalled, 3 program << 16 | SM, 4 work done (before the release); form ws also 5 the
     consumer took the task, 6 a GEMM's K loop done, 7 the signaller took it (``bench.dag.ws_dag.phase_profile``).
-    In form ws the stamps come from three partitions: 0 and 1 from the loader (at most one task ahead of the consumer), 4 from the
-    consumer, 2 and 3 from the signaller (after the hand-over); so a task's ``wait`` ends when its operands could
-    load, its ``work`` also holds the time it queued behind the consumer's previous task (the sum of work can pass
-    grid x kernel: ``busy`` > 1), and ``signal`` holds the hand-over to the signaller. ``form`` says which."""
+    In form ws the stamps come from three partitions: 0 and 1 from the loader (at most one task ahead of the
+    consumer), 4 from the consumer, 2 and 3 from the signaller (after the hand-over); so a task's ``wait`` ends when
+    its operands could load, its ``work`` also holds the time it queued behind the consumer's previous task (the sum
+    of work can pass grid x kernel: ``busy`` > 1), and ``signal`` holds the hand-over to the signaller. ``form`` says
+    which."""
     if not p.meta["TRACE"]:
         raise ValueError("dag: task_profile needs a launch prepared with trace=true")
     raw = p.trace.cpu()
