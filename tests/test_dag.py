@@ -322,8 +322,8 @@ def test_form_and_ws_stages_are_validated_naming_the_allowed_values():
     assert host.DEFAULTS["form"] == "tl" and host.DEFAULTS["ws_stages"] == 4   # config/variant/dag.yaml
     with pytest.raises(ValueError, match=r"form='wx'.*'tl', 'ws'"):
         host.prepare(c, w, form="wx")
-    with pytest.raises(ValueError, match="ws_stages=5: 2, 3 or 4"):
-        host.prepare(c, w, ws_stages=5)
+    with pytest.raises(ValueError, match="ws_stages=7: 2 to 6"):
+        host.prepare(c, w, ws_stages=7)
     with pytest.raises(ValueError, match="ws_stages"):
         host.check_params(dict(ws_stages="4"))
 

@@ -151,8 +151,8 @@ def test_ws_meta_and_descriptors_at_block_n_128():
 
 def test_ws_params_block_n_and_ws_stages_are_checked_naming_them(monkeypatch):
     """``check_ws_params`` (prepare, form ws; before the device): block_n 64 or 128, the same for the output
-    projection and the FFN (QKV's may differ); ws_stages that fit shared memory at the wider width (all of 2-4 do at
-    128; a smaller limit shows the message)."""
+    projection and the FFN (QKV's may differ); ws_stages that fit shared memory at the wider width (2-6 at 64, 2-4
+    at 128; a smaller limit shows the message)."""
     from kernels.validate import ParameterError
     bn = dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128)
     ok = lambda **kw: K.check_ws_params(host.check_params(dict(form="ws", **kw)))   # noqa: E731
@@ -167,7 +167,10 @@ def test_ws_params_block_n_and_ws_stages_are_checked_naming_them(monkeypatch):
         ok(**dict(bn, block_n_ffn1=64))
     ok(**dict(bn, block_n_qkv=64))                                             # QKV's may differ
     ok(block_n_qkv=128)
-    assert K.max_ws_stages(64) == K.max_ws_stages(128) == 4
+    assert K.max_ws_stages(64) == 6 and K.max_ws_stages(128) == 4
+    ok(ws_stages=6)
+    with pytest.raises(ParameterError, match=r"ws_stages=5 with block_n 128: .*set ws_stages: 4"):
+        ok(**bn, ws_stages=5)
     monkeypatch.setattr(K, "SHARED_LIMIT", 200_000)                           # (a device with less shared memory)
     with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128: 229764 bytes .*set ws_stages: 3"):
         ok(**bn, ws_stages=4)
@@ -608,7 +611,7 @@ def test_ws_consumers_is_checked_naming_it():
         ok(ws_consumers=3)
     with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128 and 2 consumers: .*set ws_stages: 3"):
         ok(ws_consumers=2, ws_stages=4, **bn)
-    assert K.max_ws_stages(64, 2) == 4 and K.max_ws_stages(128, 2) == 3
+    assert K.max_ws_stages(64, 2) == 5 and K.max_ws_stages(128, 2) == 3
     assert K.ws_shared_bytes(4, 64, 2) == 197124 and K.ws_shared_bytes(3, 128, 2) == 213508
 
 

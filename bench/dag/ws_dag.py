@@ -699,7 +699,7 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
     g = G.build(case, t, o["order"], 264)
     _, width = host.task_table(g, goals=o["wait"] == "parallel")
     meta = host.kernel_meta(case, t, g, o, 264, True, width)
-    mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"])
+    mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"], pre=o["ws_pre"])
     M, D, L = case.tokens, case.D, case.L
     dt = {"bf16x3": torch.bfloat16, "f16_w1": torch.float16}
     dtypes, shapes = {}, {}

@@ -32,7 +32,7 @@ CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, 
                cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"), form=FORMS)
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages", "ws_stages",
-        "ws_consumers")
+        "ws_consumers", "ws_pre")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -73,9 +73,13 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: ctas_per_sm={o['ctas_per_sm']}: 1, 2 or 3")
     if o["spin_limit"] < 1:
         raise ParameterError(f"dag: spin_limit={o['spin_limit']}: at least 1 (the kernel never waits unbounded)")
-    if not 2 <= o["ws_stages"] <= 4:
-        raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2, 3 or 4 (form ws's ring slots: 32 KB each at block_n "
-                             "64, 48 KB at 128; 4 and the q buffer fit one CTA per SM: ws_kernel.ws_shared_bytes)")
+    if not 2 <= o["ws_stages"] <= 6:
+        raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2 to 6 (form ws's ring slots: 32 KB each at block_n "
+                             "64, 48 KB at 128; with the q buffer one CTA per SM fits 6 at 64, 4 at 128: "
+                             "ws_kernel.ws_shared_bytes)")
+    if not 1 <= o["ws_pre"] <= 6:
+        raise ParameterError(f"dag: ws_pre={o['ws_pre']}: 1 to 6 (form ws: weight steps a GEMM task's loader issues "
+                             "before its dependency wait, at most ws_stages)")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o
@@ -422,11 +426,11 @@ def _prepare_ws(p: DagPrepared, n_sm: int, programs: int) -> None:
     from .ws_kernel import WsRunner, check_supported, ws_meta
     o = p.params
     check_supported(p.meta, p.grid, n_sm)
-    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"])
+    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"], pre=o["ws_pre"])
     r = WsRunner(p, meta, p.grid, p.ctr, p.head, p.err, p.trace)
     p.kernel = r.compile()
     p.info.update(r.check_shared())
-    p.info.update(graph_programs=programs, ws_stages=o["ws_stages"], ws_consumers=o["ws_consumers"],
+    p.info.update(graph_programs=programs, ws_stages=o["ws_stages"], ws_consumers=o["ws_consumers"], ws_pre=o["ws_pre"],
                   registers=p.kernel.n_regs,
                   spills=getattr(p.kernel, "n_spills", None), occupancy=1, launch_path=r.launch_path())
     p.ws = r

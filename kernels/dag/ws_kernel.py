@@ -99,9 +99,9 @@ Triton issues as 64-column TMA boxes): 32 KB at 64, 48 KB at 128; an attention k
 in the first 64 × 64 tile of the W part (``_w_views``: the same bytes of the same slot, so the ring protocol, the
 memory ordering and the deadlock argument above are unchanged: a slot is still claimed, filled, consumed and freed
 as one), and a GEMM narrower than the ring does the same with its weight tiles (``_ring_views``).
-The ring has ``STAGES`` (``ws_stages``: 2–4, default 4) slots: with the q buffer (16 KB) and the epilogues' scratch
-164228 bytes of shared memory at block_n 64 and 4 slots, 180612 / 229764 at 128 and 3 / 4 slots (of 232448, one CTA
-per SM; ``ws_shared_bytes``, checked at prepare naming ``ws_stages``). GEMM accumulators are [64, BLOCK_N] fp32 (64
+The ring has ``STAGES`` (``ws_stages``: 2–6, default 4) slots: with the q buffer (16 KB) and the epilogues' scratch
+164228 / 229764 bytes of shared memory at block_n 64 and 4 / 6 slots, 180612 / 229764 at 128 and 3 / 4 slots (of
+232448, one CTA per SM; ``ws_shared_bytes``, checked at prepare naming ``ws_stages``). GEMM accumulators are [64, BLOCK_N] fp32 (64
 registers a thread at 128; ptxas: no spills, no wgmma serialization); the QKV epilogue's head-major store maps each
 column to its part and head, so a 128-wide tile spans two heads.
 
@@ -263,6 +263,15 @@ def _slot_layout(warps, packed):
     return gl.BlockedLayout([1], [32], [warps], [0])
 
 
+@gluon.constexpr_function
+def _ln_layout(warps, row_warps):
+    """The LayerNorm rows' layout: ``row_warps``, the warps along the rows (a row's reductions stay in its warp:
+    shuffles only), else along the columns (a row spans the warps: its reductions go through shared memory)."""
+    if row_warps:
+        return gl.BlockedLayout([1, 4], [1, 32], [warps, 1], [1, 0])
+    return gl.BlockedLayout([1, 4], [1, 32], [1, warps], [1, 0])
+
+
 @gluon.jit
 def _field(v, idx, j: gl.constexpr):
     """Word j of a hand-over slot's vector ``v`` (max over the one matching lane: replicated lanes are harmless)."""
@@ -368,12 +377,12 @@ def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, 
 
 @gluon.jit
 def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr,
-              BN: gl.constexpr, RN: gl.constexpr):
-    """Before the task's wait: claim its first min(STAGES, steps) slots and issue their weight tiles (the weights
-    are written once by prepare: no dependency). Returns how many. BN the GEMM's tile width, RN the ring's."""
+              BN: gl.constexpr, RN: gl.constexpr, PRE: gl.constexpr):
+    """Before the task's wait: claim its first min(PRE, steps) slots (PRE <= STAGES) and issue their weight tiles
+    (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile width, RN the ring's."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
-    pre = gl.minimum(steps, STAGES)
+    pre = gl.minimum(steps, PRE)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
         _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
@@ -464,12 +473,14 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
-            RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr):
+            RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
+            FENCE_TMA_ONLY: gl.constexpr, PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
+    PRE: gl.constexpr = min(PRE_W, STAGES)   # weight steps a GEMM task claims and issues before its wait
     lane = gl.arange(0, 32, layout=lay)
     nprog = gl.num_programs(0)
     base = (epoch - 1) * (n_tasks + nprog)   # every launch takes n_tasks + grid tickets (one empty per program)
@@ -498,22 +509,26 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         pre = steps * 0
         if kind == 1:
             pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES,
-                           BLOCK_N_QKV, RING_N)
+                           BLOCK_N_QKV, RING_N, PRE)
         elif kind == 3:
             pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N,
-                           RING_N)
+                           RING_N, PRE)
         elif kind == 5:
             pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N,
-                           RING_N)
+                           RING_N, PRE)
         elif kind == 6:
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
-                           RING_N)
+                           RING_N, PRE)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)   # which comes only
             #                                                                         after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
                        lane, MAX_WAITS, GOALS_IN_ROW)
-        _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
+        if FENCE_TMA_ONLY:      # a LayerNorm task's consumer reads its operands with generic loads
+            if not ln:
+                _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA reads
+        else:
+            _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
@@ -595,8 +610,21 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
 
 
 @gluon.jit
+def _gemm_step_rs(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr, R: gl.constexpr,
+                  dot: gl.constexpr):
+    """``_gemm_step`` with A read from shared memory into registers once (``dot``: wgmma's register A operand)
+    and the products issued from there: only W is read by the wgmma from shared memory."""
+    al = a_lo.index(slot).load(dot)
+    ah = a_hi.index(slot).load(dot)
+    acc = warpgroup_mma(al, w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
+    if SCHEME == "bf16x3":
+        acc = warpgroup_mma(ah, w_lo.index(slot * R), acc, is_async=True)
+    return warpgroup_mma(ah, w_hi.index(slot * R), acc, is_async=True)
+
+
+@gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-              RN: gl.constexpr, mma: gl.constexpr):
+              RN: gl.constexpr, mma: gl.constexpr, A_REGS: gl.constexpr = False):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
@@ -609,16 +637,23 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
+    dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-    acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
+    if A_REGS:
+        acc = _gemm_step_rs(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R, dot)
+    else:
+        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
     acc = warpgroup_mma_wait(NP, deps=(acc, ))   # (nothing earlier in flight: the loop-carried type is a tensor)
     g += 1
     for kk in range(1, steps):
         slot = g % STAGES
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R)
+        if A_REGS:
+            acc = _gemm_step_rs(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R, dot)
+        else:
+            acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R)
         acc = warpgroup_mma_wait(NP, deps=(acc, ))
         mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
         g += 1
@@ -686,7 +721,7 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, A_REGS: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -694,15 +729,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT)
+                       trace_ptr, t, TRACE, lay, NT, A_REGS)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT)
+                       acc_out, trace_ptr, t, TRACE, lay, NT, A_REGS)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT)
+                       trace_ptr, t, TRACE, lay, NT, A_REGS)
     return g
 
 
@@ -713,7 +748,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, A_REGS: gl.constexpr):
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
@@ -741,13 +776,13 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, A_REGS)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, A_REGS)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, A_REGS)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, A_REGS)
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     row0 = m * T64
     col0 = n * BN
@@ -873,7 +908,8 @@ def _consumer(smem, bufs, qk_scale,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-              PACKED_HANDOFF: gl.constexpr, num_warps: gl.constexpr, CID: gl.constexpr):
+              PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, A_REGS: gl.constexpr,
+              num_warps: gl.constexpr, CID: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -890,7 +926,7 @@ def _consumer(smem, bufs, qk_scale,
                                                     instr_shape=[16, BLOCK_N_QKV, 16])  # QKV tiles
     out: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])      # 16-byte split stores
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
-    lnl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, num_warps], [1, 0])
+    lnl: gl.constexpr = _ln_layout(num_warps, LN_ROW_WARPS)
     hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
     gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr)
     q_hi, q_lo = q_buf
@@ -913,7 +949,7 @@ def _consumer(smem, bufs, qk_scale,
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, A_REGS)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -933,7 +969,8 @@ def _consumer(smem, bufs, qk_scale,
 @gluon.jit
 def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.constexpr,
                MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr,
-               FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr, CID: gl.constexpr):
+               FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr, FENCE_TMA_ONLY: gl.constexpr,
+               CID: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
     lane = gl.arange(0, 32, layout=lay)
@@ -943,7 +980,11 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
     while t >= 0:
         _stamp(trace_ptr, t, 7, TRACE, lay, 32)
         if FENCE_AT_SIGNAL:
-            _proxy_fence(lay, 32)
+            if FENCE_TMA_ONLY:   # the residual kinds' atomics are read by LayerNorm rows only (generic loads)
+                if (kind != 3) & (kind != 6):
+                    _proxy_fence(lay, 32)
+            else:
+                _proxy_fence(lay, 32)
         if MAX_SIGNALS == 1:   # the counter came with the task (the loader read it): lane 0 releases it
             on = (lane == 0) & (sg >= 0)
             ids = gl.where(on, sg, 0)
@@ -985,7 +1026,8 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, FENCE_TMA_ONLY: gl.constexpr, LN_ROW_WARPS: gl.constexpr, A_REGS: gl.constexpr,
+    PRE_W: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1033,32 +1075,32 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, A_REGS, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF)),
+                       CONSUMERS, PACKED_HANDOFF, FENCE_TMA_ONLY, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, FENCE_TMA_ONLY, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, A_REGS, num_warps, 0)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, num_warps, 1)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, A_REGS, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF)),
+                       CONSUMERS, PACKED_HANDOFF, FENCE_TMA_ONLY, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, FENCE_TMA_ONLY, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 1)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, FENCE_TMA_ONLY, 1)),
         ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
 
 
@@ -1066,6 +1108,7 @@ def dag_ws_fwd(
 # host: meta, descriptors, launch
 
 STAGES_DEFAULT = 4
+PRE_DEFAULT = 2      # ws_pre (config/variant/dag.yaml): weight steps a GEMM task claims before its wait
 # setmaxnreg of the partitions, by consumers: (loader, signaller, consumer 1). One consumer: 8 warps (the two 1-warp
 # partitions padded to a warpgroup), the consumer (default partition) gets the rest. Two: 12 warps, Triton's .maxnreg
 # 168 (64K / 384 threads); consumer 1 224 and the 1-warp group (loader, two signallers) 56, so the default partition,
@@ -1088,6 +1131,7 @@ TILE_PARAMS = ("block_m", "block_k", "block_q", "block_kv")
 BLOCK_N_PARAMS = ("block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
 SAME_N_PARAMS = BLOCK_N_PARAMS[1:]
 BLOCK_NS = (TILE, 2 * TILE)
+WS_STAGES = (2, 3, 4, 5, 6)    # ring slots ``ws_stages`` may ask for (shared memory permitting: ``max_ws_stages``)
 SHARED_LIMIT = 232448          # bytes of shared memory one CTA may use on an sm_90 SM (227 KB)
 # shared memory besides the ring and the q buffer (the epilogues' layout-conversion scratch, the mbarriers, the
 # hand-over rings): measured on the sm_90a compile, the same at block_n 64 and 128 (tests/test_dag_ws_kernel.py)
@@ -1105,9 +1149,9 @@ def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1) -> int:
 
 
 def max_ws_stages(block_n: int, consumers: int = 1) -> int:
-    """The most ring slots (2-4) that fit one CTA per SM at this block_n and consumers (4 at both 64 and 128 with one
-    consumer; with two 4 at 64, 3 at 128)."""
-    return max(s for s in (2, 3, 4) if ws_shared_bytes(s, block_n, consumers) <= SHARED_LIMIT)
+    """The most ring slots (2-6) that fit one CTA per SM at this block_n and consumers (6 at 64 and 4 at 128 with one
+    consumer; with two 5 at 64, 3 at 128)."""
+    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers) <= SHARED_LIMIT)
 
 
 def _check_consumers(consumers, err) -> None:
@@ -1116,8 +1160,8 @@ def _check_consumers(consumers, err) -> None:
 
 
 def _check_stages(stages: int, block_n: int, err, consumers: int = 1) -> None:
-    if not 2 <= stages <= 4:
-        raise err(f"dag: form ws: ws_stages={stages}: 2 to 4 ring slots")
+    if stages not in WS_STAGES:
+        raise err(f"dag: form ws: ws_stages={stages}: 2 to 6 ring slots")
     need = ws_shared_bytes(stages, block_n, consumers)
     if need > SHARED_LIMIT:
         two = f" and {consumers} consumers" if consumers > 1 else ""
@@ -1131,7 +1175,7 @@ def check_ws_params(o: dict) -> None:
     """``form: ws``: raise ``ParameterError`` naming the parameter and the fix for a dag parameter set (``host.
     check_params``'s) the WS kernel does not run: block_m, block_k, block_q, block_kv 64; the four block_n 64 or 128,
     block_n_o, block_n_ffn1, block_n_ffn2 the same (block_n_qkv may differ); ``ws_stages`` that fit shared memory at
-    the wider width (``ws_shared_bytes`` <= ``SHARED_LIMIT``: 2-4 at 64 and at 128, where 4 slots leave 2.6 KB);
+    the wider width (``ws_shared_bytes`` <= ``SHARED_LIMIT``: 2-6 at 64, 2-4 at 128, where 4 slots leave 2.6 KB);
     ``queue: queue``. Pure Python: the CPU refuses a wrong configuration before it refuses the form itself."""
     for k in TILE_PARAMS:
         if o[k] != TILE:
@@ -1186,7 +1230,8 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
                             f"(= {n_sm}) or at most {n_sm}")
 
 
-def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consumers: int = 1) -> dict:
+def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consumers: int = 1,
+            pre: int = PRE_DEFAULT) -> dict:
     """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the output
     projection's and the FFN's tile width (``check_supported``: one for the three), ``BLOCK_N_QKV`` QKV's, ``RING_N``
     the weight ring's (the wider), ``stages`` checked against shared memory at it and the
@@ -1209,6 +1254,10 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
                 FENCE_AT_SIGNAL=True,   # the proxy fence in the signaller (False: in the consumer; the lab's A/B)
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
+                FENCE_TMA_ONLY=False,   # proxy fences only where TMA reads the data (lab A/B)
+                LN_ROW_WARPS=True,      # LayerNorm rows one a warp: warp-local reductions (False: a row across the warps; the lab's A/B)
+                A_REGS=False,           # GEMM K steps with A in registers (lab A/B)
+                PRE_W=min(pre, stages),  # weight steps a GEMM task claims before its wait (ws_pre)
                 num_warps=4)
 
 
