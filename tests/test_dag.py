@@ -326,6 +326,10 @@ def test_form_and_ws_stages_are_validated_naming_the_allowed_values():
         host.prepare(c, w, ws_stages=7)
     with pytest.raises(ValueError, match="ws_stages"):
         host.check_params(dict(ws_stages="4"))
+    for bad in (0, 7):
+        with pytest.raises(ValueError, match=f"ws_pre={bad}: 1 to 6"):
+            host.check_params(dict(ws_pre=bad))
+    assert host.check_params(dict(ws_pre=4))["ws_pre"] == 4
 
 
 @pytest.mark.parametrize("param, value", [("block_n_o", 128), ("block_n_ffn2", 32), ("block_m", 32),

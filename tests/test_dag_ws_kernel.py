@@ -197,6 +197,9 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
     assert (m["D"], m["H"], m["STAGES"], m["GOALS_IN_ROW"], m["num_warps"]) == (1024, 16, 4, True, 4)
     assert m["SCHEME_FFN1"] == "f16_w1" and m["SCHEME_QKV"] == "bf16x3"
     assert m["FENCE_AT_SIGNAL"] is True                           # the release's proxy fence off the consumer's path
+    assert m["LN_ROW_WARPS"] is True                              # a LayerNorm row's reductions within one warp
+    assert m["PRE_W"] == 2 == host.DEFAULTS["ws_pre"]             # weight steps claimed before a GEMM task's wait
+    assert W.ws_meta(_meta(c), stages=3, pre=5)["PRE_W"] == 3     # never more than the ring's slots
     assert W.ws_meta(_meta(c, wait="serial"))["GOALS_IN_ROW"] is False
     with pytest.raises(W.WsUnsupported, match="block_n_ffn2=128"):
         W.ws_meta(_meta(c, block_n_ffn2=128))                     # the output projection's and FFN's: one width
@@ -206,8 +209,11 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
     assert (m["BLOCK_N_QKV"], m["BLOCK_N"], m["RING_N"]) == (64, 128, 128)
     with pytest.raises(W.WsUnsupported, match="static"):
         W.ws_meta(_meta(c, queue="static"))
-    with pytest.raises(W.WsUnsupported, match="stages"):
-        W.ws_meta(_meta(c), stages=5)
+    with pytest.raises(W.WsUnsupported, match="ws_stages=7: 2 to 6"):
+        W.ws_meta(_meta(c), stages=7)
+    assert W.ws_meta(_meta(c), stages=6)["STAGES"] == 6                  # 64-wide slots: 6 fit
+    with pytest.raises(W.WsUnsupported, match="ws_stages=5 with block_n 128"):
+        W.ws_meta(_meta(c, block_n_qkv=128), stages=5)
     with pytest.raises(W.WsUnsupported, match="tiles are 64"):
         W.ws_meta(_meta(load_case("smoke2")))                     # 32-row blocks, head dim 32
     with pytest.raises(W.WsUnsupported, match="one CTA per SM"):
@@ -692,5 +698,39 @@ def test_packed_hand_over_slots_need_no_cross_lane_reductions():
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["default"] is True
     assert r["True"]["shfl"] < r["False"]["shfl"], r
+    for k in ("True", "False"):
+        assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r
+
+
+_LN_ROWS_PROBE = """
+import json, re, sys
+from bench.dag import ws_dag as W
+orig = W.ws_meta
+out = {}
+for rows in (True, False):
+    def meta(*a, _r=rows, **k):
+        m = orig(*a, **k)
+        out["default"] = m["LN_ROW_WARPS"]
+        m["LN_ROW_WARPS"] = _r
+        return m
+    W.ws_meta = meta
+    ptx = W.compile_case("4", params=dict(form="ws", ctas_per_sm=1, split_k_o=2))[0].asm["ptx"]
+    out[str(rows)] = dict(bar=len(re.findall(r"\\bbar\\.sync", ptx)), **W._ptxas(ptx))
+print(json.dumps(out))
+"""
+
+
+def test_layernorm_rows_one_a_warp_reduce_without_cta_barriers():
+    """``LN_ROW_WARPS`` (the default): a LayerNorm task's rows one a warp, so a row's mean and variance are
+    reductions within its warp; with a row across the warps (``@LN_ROW_WARPS=0``) each reduction goes through shared
+    memory and CTA barriers. Case 4's kernel compiled for sm_90a both ways: fewer ``bar.sync``, no spills, no
+    serialized wgmma."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _LN_ROWS_PROBE], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["default"] is True
+    assert r["True"]["bar"] < r["False"]["bar"], r
     for k in ("True", "False"):
         assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r

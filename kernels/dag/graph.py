@@ -46,11 +46,8 @@ class Cost:
 
 
 # ``cost_model`` (config/variant/dag.yaml): nominal — the first estimate; h200 — fitted to the per-task traces of
-# the H200 (two programs per SM, docs/dag.md "Results" 5): 2.6 µs fixed, 2.5 TFLOP/s per program, 0.6 µs per link;
-# h200_ws — fitted to form ws's traced consumer times (one program per SM, "Results" 26): 1.5 µs fixed, 5 TFLOP/s,
-# 100 GB/s, 1.2 µs from a task's end to its dependant's start
-COST_MODELS = {"nominal": Cost(), "h200": Cost(tflops=2.5, gbs=90.0, task_us=2.6, link_us=0.6),
-               "h200_ws": Cost(tflops=5.0, gbs=100.0, task_us=1.5, link_us=1.2)}
+# the H200 (two programs per SM, docs/dag.md "Results" 5): 2.6 µs fixed, 2.5 TFLOP/s per program, 0.6 µs per link
+COST_MODELS = {"nominal": Cost(), "h200": Cost(tflops=2.5, gbs=90.0, task_us=2.6, link_us=0.6)}
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ Its grid is one CTA per SM (the epoch arithmetic uses the launch grid).
 Three partitions (``gl.warp_specialize``):
 
 - **loader** (1 warp): takes a ticket (``atomic_add`` on the head, relaxed; the epoch base as today: every launch
-  takes ``n_tasks + grid`` tickets), reads the task row; for a GEMM kind claims the first ``min(STAGES, steps)``
-  ring slots and issues their weight tiles by TMA *before* the wait. GEMM and attention tasks are handed to the
+  takes ``n_tasks + grid`` tickets), reads the task row; for a GEMM kind claims the first ``min(PRE_W, steps)``
+  ring slots (``ws_pre``, default 2: each claim waits for the consumer to free a slot of the task before, so fewer
+  start the poll sooner; docs/dag.md "Results" 35) and issues their weight tiles by TMA *before* the wait. GEMM and attention tasks are handed to the
   consumer (id and row fields, a 2-slot shared-memory ring with full/free mbarriers, as ``ws_chain``'s ``ws2q``)
   before the wait too: the consumer then waits on the ring's mbarriers, which only the loads issued after the wait
   complete. Then the poll: one lane per counter (``ld.acquire.gpu`` until goal x epoch, the goals from the row as
@@ -33,7 +34,7 @@ Three partitions (``gl.warp_specialize``):
   epilogues of today's kernel with the same arithmetic (QKV: + bias, split bf16, head-major store; FFN1: + bias,
   GELU (``log2poly`` with ``ex2.approx.ftz``, or ``erf``), split by FFN2's scheme, stored into [4, M, D]; output
   projection / FFN2: + bias on K split 0, relaxed gpu-scope fp32 atomics into r); LayerNorm rows as ``_ln_task``
-  (two-pass fp32 statistics; layer 0's LN1 also writes r = x); attention as ``_attn_task`` on the attention helpers
+  (two-pass fp32 statistics, one row a warp: ``LN_ROW_WARPS``; layer 0's LN1 also writes r = x); attention as ``_attn_task`` on the attention helpers
   (``_overlap_blocks``: q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the
   k tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
   ``acc * alpha``; the online softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block
@@ -474,7 +475,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            FENCE_TMA_ONLY: gl.constexpr, PRE_W: gl.constexpr):
+            PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -524,11 +525,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             #                                                                         after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
                        lane, MAX_WAITS, GOALS_IN_ROW)
-        if FENCE_TMA_ONLY:      # a LayerNorm task's consumer reads its operands with generic loads
-            if not ln:
-                _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA reads
-        else:
-            _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
+        _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
@@ -610,21 +607,8 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
 
 
 @gluon.jit
-def _gemm_step_rs(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr, R: gl.constexpr,
-                  dot: gl.constexpr):
-    """``_gemm_step`` with A read from shared memory into registers once (``dot``: wgmma's register A operand)
-    and the products issued from there: only W is read by the wgmma from shared memory."""
-    al = a_lo.index(slot).load(dot)
-    ah = a_hi.index(slot).load(dot)
-    acc = warpgroup_mma(al, w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
-    if SCHEME == "bf16x3":
-        acc = warpgroup_mma(ah, w_lo.index(slot * R), acc, is_async=True)
-    return warpgroup_mma(ah, w_hi.index(slot * R), acc, is_async=True)
-
-
-@gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-              RN: gl.constexpr, mma: gl.constexpr, A_REGS: gl.constexpr = False):
+              RN: gl.constexpr, mma: gl.constexpr):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
@@ -637,23 +621,16 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
-    dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-    if A_REGS:
-        acc = _gemm_step_rs(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R, dot)
-    else:
-        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
+    acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
     acc = warpgroup_mma_wait(NP, deps=(acc, ))   # (nothing earlier in flight: the loop-carried type is a tensor)
     g += 1
     for kk in range(1, steps):
         slot = g % STAGES
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        if A_REGS:
-            acc = _gemm_step_rs(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R, dot)
-        else:
-            acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R)
+        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R)
         acc = warpgroup_mma_wait(NP, deps=(acc, ))
         mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
         g += 1
@@ -721,7 +698,7 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, A_REGS: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -729,15 +706,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, A_REGS)
+                       trace_ptr, t, TRACE, lay, NT)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT, A_REGS)
+                       acc_out, trace_ptr, t, TRACE, lay, NT)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, A_REGS)
+                       trace_ptr, t, TRACE, lay, NT)
     return g
 
 
@@ -748,7 +725,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, A_REGS: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
@@ -776,13 +753,13 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, A_REGS)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, A_REGS)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, A_REGS)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, A_REGS)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     row0 = m * T64
     col0 = n * BN
@@ -908,8 +885,8 @@ def _consumer(smem, bufs, qk_scale,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-              PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, A_REGS: gl.constexpr,
-              num_warps: gl.constexpr, CID: gl.constexpr):
+              PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
+              CID: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -949,7 +926,7 @@ def _consumer(smem, bufs, qk_scale,
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, A_REGS)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -969,8 +946,7 @@ def _consumer(smem, bufs, qk_scale,
 @gluon.jit
 def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.constexpr,
                MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr, TRACE: gl.constexpr,
-               FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr, FENCE_TMA_ONLY: gl.constexpr,
-               CID: gl.constexpr):
+               FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr, CID: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
     lane = gl.arange(0, 32, layout=lay)
@@ -980,11 +956,7 @@ def _signaller(sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS: gl.
     while t >= 0:
         _stamp(trace_ptr, t, 7, TRACE, lay, 32)
         if FENCE_AT_SIGNAL:
-            if FENCE_TMA_ONLY:   # the residual kinds' atomics are read by LayerNorm rows only (generic loads)
-                if (kind != 3) & (kind != 6):
-                    _proxy_fence(lay, 32)
-            else:
-                _proxy_fence(lay, 32)
+            _proxy_fence(lay, 32)
         if MAX_SIGNALS == 1:   # the counter came with the task (the loader read it): lane 0 releases it
             on = (lane == 0) & (sg >= 0)
             ids = gl.where(on, sg, 0)
@@ -1026,8 +998,7 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, FENCE_TMA_ONLY: gl.constexpr, LN_ROW_WARPS: gl.constexpr, A_REGS: gl.constexpr,
-    PRE_W: gl.constexpr, num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1075,32 +1046,32 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, A_REGS, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, FENCE_TMA_ONLY, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, FENCE_TMA_ONLY, 0)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, A_REGS, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, A_REGS, num_warps, 1)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, FENCE_TMA_ONLY, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, FENCE_TMA_ONLY, 0)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, FENCE_TMA_ONLY, 1)),
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 1)),
         ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
 
 
@@ -1254,9 +1225,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
                 FENCE_AT_SIGNAL=True,   # the proxy fence in the signaller (False: in the consumer; the lab's A/B)
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
-                FENCE_TMA_ONLY=False,   # proxy fences only where TMA reads the data (lab A/B)
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp: warp-local reductions (False: a row across the warps; the lab's A/B)
-                A_REGS=False,           # GEMM K steps with A in registers (lab A/B)
                 PRE_W=min(pre, stages),  # weight steps a GEMM task claims before its wait (ws_pre)
                 num_warps=4)
 
