@@ -668,69 +668,51 @@ def test_phase_profile_splits_a_task_into_its_phases():
         W.phase_profile(trace[:, :5], [[], [0]], ["qkv", "ln1"])
 
 
-_PACKED_PROBE = """
+_TOGGLE_PROBE = """
 import json, re, sys
 from bench.dag import ws_dag as W
+name, pattern = sys.argv[1], sys.argv[2]
 orig = W.ws_meta
 out = {}
-for packed in (True, False):
-    def meta(*a, _p=packed, **k):
+for on in (True, False):
+    def meta(*a, _on=on, **k):
         m = orig(*a, **k)
-        out["default"] = m["PACKED_HANDOFF"]
-        m["PACKED_HANDOFF"] = _p
+        out["default"] = m[name]
+        m[name] = _on
         return m
     W.ws_meta = meta
     ptx = W.compile_case("4", params=dict(form="ws", ctas_per_sm=1, split_k_o=2))[0].asm["ptx"]
-    out[str(packed)] = dict(shfl=len(re.findall(r"\\bshfl\\.sync", ptx)), **W._ptxas(ptx))
+    out[str(on)] = dict(count=len(re.findall(pattern, ptx)), **W._ptxas(ptx))
 print(json.dumps(out))
 """
+
+
+def _toggled(name: str, pattern: str) -> tuple[int, int]:
+    """Case 4's kernel compiled for sm_90a with the boolean constexpr ``name`` on and off (in a process without
+    ``TRITON_INTERPRET``): the count of ``pattern`` in its PTX each way. Asserts the default is on and neither way
+    spills or serializes the wgmma."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _TOGGLE_PROBE, name, pattern], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["default"] is True
+    for k in ("True", "False"):
+        assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r
+    return r["True"]["count"], r["False"]["count"]
 
 
 def test_packed_hand_over_slots_need_no_cross_lane_reductions():
     """``PACKED_HANDOFF`` (the default): every thread reads a hand-over slot whole, so taking its words out needs no
     shuffles; with a word a lane (the lab's ``@PACKED_HANDOFF=0``) each word is a reduction across the lanes. Case 4's
-    kernel compiled for sm_90a both ways (in a process without ``TRITON_INTERPRET``): fewer ``shfl.sync`` with the
-    slots packed, no spills, no serialized wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _PACKED_PROBE], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["default"] is True
-    assert r["True"]["shfl"] < r["False"]["shfl"], r
-    for k in ("True", "False"):
-        assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r
-
-
-_LN_ROWS_PROBE = """
-import json, re, sys
-from bench.dag import ws_dag as W
-orig = W.ws_meta
-out = {}
-for rows in (True, False):
-    def meta(*a, _r=rows, **k):
-        m = orig(*a, **k)
-        out["default"] = m["LN_ROW_WARPS"]
-        m["LN_ROW_WARPS"] = _r
-        return m
-    W.ws_meta = meta
-    ptx = W.compile_case("4", params=dict(form="ws", ctas_per_sm=1, split_k_o=2))[0].asm["ptx"]
-    out[str(rows)] = dict(bar=len(re.findall(r"\\bbar\\.sync", ptx)), **W._ptxas(ptx))
-print(json.dumps(out))
-"""
+    kernel both ways: fewer ``shfl.sync`` with the slots packed, no spills, no serialized wgmma."""
+    on, off = _toggled("PACKED_HANDOFF", r"\bshfl\.sync")
+    assert on < off, (on, off)
 
 
 def test_layernorm_rows_one_a_warp_reduce_without_cta_barriers():
     """``LN_ROW_WARPS`` (the default): a LayerNorm task's rows one a warp, so a row's mean and variance are
     reductions within its warp; with a row across the warps (``@LN_ROW_WARPS=0``) each reduction goes through shared
-    memory and CTA barriers. Case 4's kernel compiled for sm_90a both ways: fewer ``bar.sync``, no spills, no
-    serialized wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _LN_ROWS_PROBE], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["default"] is True
-    assert r["True"]["bar"] < r["False"]["bar"], r
-    for k in ("True", "False"):
-        assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r
+    memory and CTA barriers. Case 4's kernel both ways: fewer ``bar.sync``, no spills, no serialized wgmma."""
+    on, off = _toggled("LN_ROW_WARPS", r"\bbar\.sync")
+    assert on < off, (on, off)
