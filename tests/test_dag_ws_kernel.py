@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 
 from kernels import Unsupported, gate, load_case, make_input, make_weights, reference_forward
 from kernels.dag import graph as G
@@ -227,6 +228,27 @@ def test_ws_ab_variants_split_parameters_from_constexpr_overrides():
     assert parse_variant("") == ({}, {})
     with pytest.raises(SystemExit, match="not name=value"):
         parse_variant("form")
+    tuned = dict(form="ws", split_k_o=4, split_k_ffn2=4)
+    assert parse_variant("tuned ws_pre=4 @LN_ROW_WARPS=0", tuned) == (
+        dict(form="ws", split_k_o=4, split_k_ffn2=4, ws_pre=4), dict(LN_ROW_WARPS=0))
+    assert parse_variant("tuned split_k_o=2", tuned)[0]["split_k_o"] == 2          # later pairs override
+    with pytest.raises(SystemExit, match="'tuned' needs"):
+        parse_variant("tuned")
+
+
+def test_ws_ab_reads_the_committed_parameters_and_parses_every_case_before_the_gpu(monkeypatch):
+    """``tuned`` is the case's committed dag block; a bad spec fails before any device work (on this CPU machine the
+    no-device exit comes only after every case's variants parsed)."""
+    from bench.dag import ws_ab
+    p = ws_ab.committed_params(load_case("case03"), "h200")
+    with open(os.path.join(REPO, "config/tuned/h200/case03.yaml")) as f:
+        assert p["form"] == "ws" and p == yaml.safe_load(f)["dag"]["params"]
+    assert ws_ab.committed_params(load_case("case03"), "no-such-gpu") is None
+    with pytest.raises(SystemExit, match="not name=value"):
+        ws_ab.main(["--case", "3", "4", "--out", "unused", "--variant", "base", "tuned", "--variant", "b", "oops"])
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        ws_ab.main(["--case", "3", "4", "--out", "unused", "--variant", "base", "tuned"])
 
 
 # --- the harness's checks, on an emulated forward pass ----------------------------------------------------------

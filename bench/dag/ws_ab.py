@@ -7,6 +7,11 @@ alternating), so a drift of the GPU's clocks or of its neighbours hits every var
 
     python -m bench.dag.ws_ab --case 4 --rounds 40 --out DIR \\
         --variant base "form=ws ctas_per_sm=1 @FENCE_AT_SIGNAL=0" --variant new "form=ws ctas_per_sm=1"
+    python -m bench.dag.ws_ab --case 2 3 4 12 --rounds 30 --out DIR \\
+        --variant base "tuned" --variant pre4 "tuned ws_pre=4" --variant rows "tuned @LN_ROW_WARPS=0"
+
+The word ``tuned`` in a variant stands for the case's committed dag parameters (``config/tuned/<gpu>/<case>.yaml``,
+``--gpu``, default h200); the pairs after it override them. Several cases run one after another in one process.
 
 One JSON file per case (``DIR/ws_ab_caseNN.json``, written atomically): per variant the parameters, the overrides,
 registers, the gate's worst error / tolerance and pass, the median / min / p90 ms and the ratio to the first
@@ -22,11 +27,17 @@ import sys
 import time
 
 
-def parse_variant(text: str) -> tuple[dict, dict]:
-    """``"name=value ... @CONSTEXPR=value ..."`` -> (prepare parameters, constexpr overrides)."""
+def parse_variant(text: str, tuned: dict | None = None) -> tuple[dict, dict]:
+    """``"[tuned] name=value ... @CONSTEXPR=value ..."`` -> (prepare parameters, constexpr overrides); ``tuned``
+    (the word) stands for the ``tuned`` parameters given, the pairs after it override them."""
     from kernels.dag.host import parse_value
     params, over = {}, {}
     for kv in text.split():
+        if kv == "tuned":
+            if tuned is None:
+                raise SystemExit("ws_ab: 'tuned' needs the case's committed parameters (none given)")
+            params.update(tuned)
+            continue
         k, sep, v = kv.partition("=")
         if not sep:
             raise SystemExit(f"ws_ab: {kv!r} is not name=value")
@@ -56,25 +67,46 @@ def prepare_variant(case, w, params: dict, over: dict):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--case", required=True)
+    ap.add_argument("--case", nargs="+", required=True, help="one or more cases, run one after another")
+    ap.add_argument("--gpu", default="h200", help="the GPU type whose committed parameters 'tuned' stands for")
     ap.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "SPEC"), required=True,
-                    help='a name and "param=value ... @CONSTEXPR=value ..."; the first is the baseline')
+                    help='a name and "[tuned] param=value ... @CONSTEXPR=value ..."; the first is the baseline')
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    from kernels import load_case
+    plans = []   # every case's variants parsed before the GPU is touched: a bad spec fails at once
+    for cid in a.case:
+        case = load_case(cid)
+        tuned = committed_params(case, a.gpu)
+        plans.append((case, [(name, *parse_variant(spec, tuned)) for name, spec in a.variant]))
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("ws_ab: no CUDA device (form ws runs on sm_90 GPUs only)")
+    for case, variants in plans:
+        run_case(case, variants, a)
+        torch.cuda.empty_cache()
+
+
+def committed_params(case, gpu: str) -> dict | None:
+    """The dag parameters committed for ``case`` on ``gpu`` (``config/tuned/<gpu>/<case>.yaml``), or None."""
+    from kernels import tuning
+    block = tuning.read_block(tuning.tuned_file(case, gpu), "dag")
+    return None if block is None else dict(block["params"])
+
+
+def run_case(case, variants: list, a) -> None:
+    """Every variant (name, parameters, constexpr overrides) on ``case``: prepared and gated, then timed interleaved
+    (``a.rounds``); one JSON file in ``a.out``."""
+    import torch
     from bench.dag.ws_dag import _gate_all
-    from kernels import load_case, make_input, make_weights
+    from kernels import make_input, make_weights
     from kernels.dag import host
     from kernels.timing import time_calls
-    case = load_case(a.case)
     w = make_weights(case, device="cuda")
     refs: dict = {}
     recs, fns = [], {}
-    for name, spec in a.variant:
-        params, over = parse_variant(spec)
+    for name, params, over in variants:
         t0 = time.perf_counter()
         p = prepare_variant(case, w, params, over)
         rec = dict(case=case.name, variant=name, params=params, constexprs=over,
@@ -87,7 +119,7 @@ def main(argv=None):
         fns[name] = (lambda x, p=p: host.run(p, x))
     xs = [make_input(case, 1.0, s, device="cuda") for s in range(2)]
     times = time_calls(fns, xs, a.rounds, warmup=3)
-    base = statistics.median(times[a.variant[0][0]])
+    base = statistics.median(times[variants[0][0]])
     for rec in recs:
         ts = sorted(times[rec["variant"]])
         med = statistics.median(ts)
