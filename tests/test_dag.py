@@ -330,6 +330,8 @@ def test_form_and_ws_stages_are_validated_naming_the_allowed_values():
         with pytest.raises(ValueError, match=f"ws_pre={bad}: 1 to 6"):
             host.check_params(dict(ws_pre=bad))
     assert host.check_params(dict(ws_pre=4))["ws_pre"] == 4
+    with pytest.raises(ValueError, match="ws_pre=3 > ws_stages=2: .*set ws_pre: 2 or less"):
+        host.check_params(dict(ws_pre=3, ws_stages=2))
 
 
 @pytest.mark.parametrize("param, value", [("block_n_o", 128), ("block_n_ffn2", 32), ("block_m", 32),
