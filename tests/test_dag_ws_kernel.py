@@ -200,7 +200,8 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
     assert m["FENCE_AT_SIGNAL"] is True                           # the release's proxy fence off the consumer's path
     assert m["LN_ROW_WARPS"] is True                              # a LayerNorm row's reductions within one warp
     assert m["PRE_W"] == 2 == host.DEFAULTS["ws_pre"]             # weight steps claimed before a GEMM task's wait
-    assert W.ws_meta(_meta(c), stages=3, pre=5)["PRE_W"] == 3     # never more than the ring's slots
+    with pytest.raises(W.WsUnsupported, match=r"ws_pre=5: 1 to ws_stages \(3\)"):
+        W.ws_meta(_meta(c), stages=3, pre=5)                      # never more than the ring's slots
     assert W.ws_meta(_meta(c, wait="serial"))["GOALS_IN_ROW"] is False
     with pytest.raises(W.WsUnsupported, match="block_n_ffn2=128"):
         W.ws_meta(_meta(c, block_n_ffn2=128))                     # the output projection's and FFN's: one width

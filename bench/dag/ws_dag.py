@@ -765,7 +765,7 @@ def main(argv=None):
     ap.add_argument("--cases", nargs="+", default=["2", "3", "4", "12"])
     ap.add_argument("--compile", action="store_true", help="compile for sm_90a without a GPU; print the counts")
     ap.add_argument("--trace", action="store_true", help="also one traced launch of each form (task_profile)")
-    ap.add_argument("--stages", type=int, default=STAGES_DEFAULT, help="ring slots (2-4)")
+    ap.add_argument("--stages", type=int, default=STAGES_DEFAULT, help="ring slots (2-6, shared memory permitting)")
     ap.add_argument("--grid", type=int, default=0, help="WS programs (default: one per SM; at most the SM count)")
     ap.add_argument("--jit-launch", action="store_true",
                     help="every WS launch through Gluon's JIT path (default: the first; then DirectLaunch)")

@@ -77,12 +77,10 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: ws_stages={o['ws_stages']}: 2 to 6 (form ws's ring slots: 32 KB each at block_n "
                              "64, 48 KB at 128; with the q buffer one CTA per SM fits 6 at 64, 4 at 128: "
                              "ws_kernel.ws_shared_bytes)")
-    if not 1 <= o["ws_pre"] <= 6:
-        raise ParameterError(f"dag: ws_pre={o['ws_pre']}: 1 to 6 (form ws: weight steps a GEMM task's loader issues "
-                             "before its dependency wait, at most ws_stages)")
-    if o["ws_pre"] > o["ws_stages"]:
-        raise ParameterError(f"dag: ws_pre={o['ws_pre']} > ws_stages={o['ws_stages']}: the loader claims at most the "
-                             f"ring's slots before a wait: set ws_pre: {o['ws_stages']} or less, or more ws_stages")
+    if not 1 <= o["ws_pre"] <= o["ws_stages"]:
+        raise ParameterError(f"dag: ws_pre={o['ws_pre']}: 1 to ws_stages ({o['ws_stages']}) (form ws: weight steps a "
+                             "GEMM task's loader claims before its dependency wait, at most the ring's slots): set "
+                             f"ws_pre: {o['ws_stages']} or less, or more ws_stages")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o

@@ -11,20 +11,20 @@ Its grid is one CTA per SM (the epoch arithmetic uses the launch grid).
 Three partitions (``gl.warp_specialize``):
 
 - **loader** (1 warp): takes a ticket (``atomic_add`` on the head, relaxed; the epoch base as today: every launch
-  takes ``n_tasks + grid`` tickets), reads the task row; for a GEMM kind claims the first ``min(PRE_W, steps)``
-  ring slots (``ws_pre``, default 2: each claim waits for the consumer to free a slot of the task before, so fewer
-  start the poll sooner; docs/dag.md "Results" 35) and issues their weight tiles by TMA *before* the wait. GEMM and attention tasks are handed to the
-  consumer (id and row fields, a 2-slot shared-memory ring with full/free mbarriers, as ``ws_chain``'s ``ws2q``)
-  before the wait too: the consumer then waits on the ring's mbarriers, which only the loads issued after the wait
-  complete. Then the poll: one lane per counter (``ld.acquire.gpu`` until goal x epoch, the goals from the row as
-  today's ``wait: parallel``; bounded by ``spin_limit``; a timed-out wait adds 1 to ``err[0]`` and records the task in
-  ``err[1]``), a warp barrier, ``fence.proxy.async.global``. LayerNorm tasks are handed over only now (the consumer
-  reads r / x itself with ``.cg`` loads, so the hand-over must carry the acquire). Then the A tiles of the claimed
-  slots and the rest of the K loop (claim a slot, weight tiles (64 × block_n), A tiles: A's K column k in column
-  block k // D of the [K // D * M, D] view, FFN2's [4, M, D]); attention: q hi/lo into a dedicated buffer (its own
-  ready/empty mbarriers), then per key block k hi/lo and v hi/lo into one ring slot (k where a GEMM's A goes, v
-  where its W goes: its first 64 × 64 tile; q/k/v are head-major [.., S, 64] blocks, so every tile is a 64 × 64 box
-  of the [L*3*B*H*S, 64] view).
+  takes ``n_tasks + grid`` tickets), reads the task row; for a GEMM kind claims the first ``min(PRE_W, steps)`` ring
+  slots (``ws_pre``, default 2: each claim waits for the consumer to free a slot of the task before, so fewer start
+  the poll sooner; docs/dag.md "Results" 35) and issues their weight tiles by TMA *before* the wait. GEMM and
+  attention tasks are handed to the consumer (id and row fields, a 2-slot shared-memory ring with full/free mbarriers,
+  as ``ws_chain``'s ``ws2q``) before the wait too: the consumer then waits on the ring's mbarriers, which only the
+  loads issued after the wait complete. Then the poll: one lane per counter (``ld.acquire.gpu`` until goal x epoch,
+  the goals from the row as today's ``wait: parallel``; bounded by ``spin_limit``; a timed-out wait adds 1 to
+  ``err[0]`` and records the task in ``err[1]``), a warp barrier, ``fence.proxy.async.global``. LayerNorm tasks are
+  handed over only now (the consumer reads r / x itself with ``.cg`` loads, so the hand-over must carry the acquire).
+  Then the A tiles of the claimed slots and the rest of the K loop (claim a slot, weight tiles (64 × block_n), A
+  tiles: A's K column k in column block k // D of the [K // D * M, D] view, FFN2's [4, M, D]); attention: q hi/lo into
+  a dedicated buffer (its own ready/empty mbarriers), then per key block k hi/lo and v hi/lo into one ring slot (k
+  where a GEMM's A goes, v where its W goes: its first 64 × 64 tile; q/k/v are head-major [.., S, 64] blocks, so every
+  tile is a 64 × 64 box of the [L*3*B*H*S, 64] view).
 - **consumer** (the default partition: one warpgroup, 4 warps): per kind — the GEMM K loop on the ring with async
   wgmma (n = block_n; bf16x3: ``a_lo·w_hi + a_hi·w_lo + a_hi·w_hi`` per K step, in that order, as
   ``kernels/common/tl_helpers.dot_split`` with today's default DOT_PREC; ``f16_w1``: A as fp16 hi/lo, the weight's
@@ -34,7 +34,8 @@ Three partitions (``gl.warp_specialize``):
   epilogues of today's kernel with the same arithmetic (QKV: + bias, split bf16, head-major store; FFN1: + bias,
   GELU (``log2poly`` with ``ex2.approx.ftz``, or ``erf``), split by FFN2's scheme, stored into [4, M, D]; output
   projection / FFN2: + bias on K split 0, relaxed gpu-scope fp32 atomics into r); LayerNorm rows as ``_ln_task``
-  (two-pass fp32 statistics, one row a warp: ``LN_ROW_WARPS``; layer 0's LN1 also writes r = x); attention as ``_attn_task`` on the attention helpers
+  (two-pass fp32 statistics, one row a warp: ``LN_ROW_WARPS``; layer 0's LN1 also writes r = x); attention as
+  ``_attn_task`` on the attention helpers
   (``_overlap_blocks``: q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the
   k tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
   ``acc * alpha``; the online softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block
@@ -102,9 +103,9 @@ memory ordering and the deadlock argument above are unchanged: a slot is still c
 as one), and a GEMM narrower than the ring does the same with its weight tiles (``_ring_views``).
 The ring has ``STAGES`` (``ws_stages``: 2–6, default 4) slots: with the q buffer (16 KB) and the epilogues' scratch
 164228 / 229764 bytes of shared memory at block_n 64 and 4 / 6 slots, 180612 / 229764 at 128 and 3 / 4 slots (of
-232448, one CTA per SM; ``ws_shared_bytes``, checked at prepare naming ``ws_stages``). GEMM accumulators are [64, BLOCK_N] fp32 (64
-registers a thread at 128; ptxas: no spills, no wgmma serialization); the QKV epilogue's head-major store maps each
-column to its part and head, so a 128-wide tile spans two heads.
+232448, one CTA per SM; ``ws_shared_bytes``, checked at prepare naming ``ws_stages``). GEMM accumulators are [64,
+BLOCK_N] fp32 (64 registers a thread at 128; ptxas: no spills, no wgmma serialization); the QKV epilogue's head-major
+store maps each column to its part and head, so a 128-wide tile spans two heads.
 
 Where it is simplest rather than fast (a draft): a task's hand-overs cost a few shared-memory round trips and CTA
 barriers (every thread reads a slot whole, ``PACKED_HANDOFF``: read a word a lane and reduced across the lanes they
@@ -123,6 +124,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from ..cases import variant_params
 from ..common import task_sync
 from ..common.tl_helpers import GELU_Q0, GELU_Q1, GELU_Q2, GELU_Q3, GELU_Q4, GELU_Q5  # log2 Phi(-u): the one fit
 from ..registry import Unsupported
@@ -379,8 +381,9 @@ def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, 
 @gluon.jit
 def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr,
               BN: gl.constexpr, RN: gl.constexpr, PRE: gl.constexpr):
-    """Before the task's wait: claim its first min(PRE, steps) slots (PRE <= STAGES) and issue their weight tiles
-    (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile width, RN the ring's."""
+    """Before the task's wait: claim its first min(PRE, steps) slots (PRE <= STAGES: ``ws_meta`` checks) and issue
+    their weight tiles (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile
+    width, RN the ring's."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     pre = gl.minimum(steps, PRE)
@@ -481,7 +484,6 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
     M: gl.constexpr = B * S
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
-    PRE: gl.constexpr = min(PRE_W, STAGES)   # weight steps a GEMM task claims and issues before its wait
     lane = gl.arange(0, 32, layout=lay)
     nprog = gl.num_programs(0)
     base = (epoch - 1) * (n_tasks + nprog)   # every launch takes n_tasks + grid tickets (one empty per program)
@@ -510,16 +512,16 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         pre = steps * 0
         if kind == 1:
             pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES,
-                           BLOCK_N_QKV, RING_N, PRE)
+                           BLOCK_N_QKV, RING_N, PRE_W)
         elif kind == 3:
             pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N,
-                           RING_N, PRE)
+                           RING_N, PRE_W)
         elif kind == 5:
             pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N,
-                           RING_N, PRE)
+                           RING_N, PRE_W)
         elif kind == 6:
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
-                           RING_N, PRE)
+                           RING_N, PRE_W)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)   # which comes only
             #                                                                         after the wait)
@@ -1078,8 +1080,9 @@ def dag_ws_fwd(
 # ----------------------------------------------------------------------------------------------------------------
 # host: meta, descriptors, launch
 
-STAGES_DEFAULT = 4
-PRE_DEFAULT = 2      # ws_pre (config/variant/dag.yaml): weight steps a GEMM task claims before its wait
+_DEFAULTS = variant_params("dag")        # config/variant/dag.yaml, as host.DEFAULTS
+STAGES_DEFAULT = _DEFAULTS["ws_stages"]  # ring slots
+PRE_DEFAULT = _DEFAULTS["ws_pre"]        # weight steps a GEMM task claims before its wait
 # setmaxnreg of the partitions, by consumers: (loader, signaller, consumer 1). One consumer: 8 warps (the two 1-warp
 # partitions padded to a warpgroup), the consumer (default partition) gets the rest. Two: 12 warps, Triton's .maxnreg
 # 168 (64K / 384 threads); consumer 1 224 and the 1-warp group (loader, two signallers) 56, so the default partition,
@@ -1213,6 +1216,9 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
     ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
     _check_stages(stages, ring_n, WsUnsupported, consumers)
+    if not 1 <= pre <= stages:
+        raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
+                            "ring's slots before a wait")
     loader_regs, signal_regs, consumer_regs = REGS[consumers]
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
                 BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
@@ -1225,8 +1231,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 LOADER_REGS=loader_regs, SIGNAL_REGS=signal_regs, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs,
                 FENCE_AT_SIGNAL=True,   # the proxy fence in the signaller (False: in the consumer; the lab's A/B)
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
-                LN_ROW_WARPS=True,      # LayerNorm rows one a warp: warp-local reductions (False: a row across the warps; the lab's A/B)
-                PRE_W=min(pre, stages),  # weight steps a GEMM task claims before its wait (ws_pre)
+                LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
+                PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
                 num_warps=4)
 
 
