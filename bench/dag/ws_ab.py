@@ -59,7 +59,7 @@ def prepare_variant(case, w, params: dict, over: dict):
         unknown = sorted(set(over) - set(p.ws.meta))
         if unknown:
             raise SystemExit(f"ws_ab: {unknown} are not constexprs of dag_ws_fwd ({sorted(p.ws.meta)})")
-        r = WsRunner(p, dict(p.ws.meta, **over), p.grid, p.ctr, p.head, p.err, p.trace, options=p.ws.options)
+        r = WsRunner(p, dict(p.ws.meta, **over), p.grid, p.ctr, p.head, p.err, p.trace)
         p.kernel = r.compile()
         p.ws = r
     return p

@@ -53,7 +53,7 @@ from kernels.dag.host import TRACE_COLS, epoch_limit
 from kernels.dag.ws_kernel import (  # noqa: F401  (re-exported: the lab's tests and scripts name them here)
     A_BUFS, CONSTEXPRS, CONTROL, POINTERS, SCALARS, STAGES_DEFAULT, TILE, W_BUFS, DirectLaunch, WsRunner,
     WsUnsupported, _no_launch_hooks, check_supported, compile_for_sm90, dag_ws_fwd, descriptors, unwrap_launcher,
-    ws_meta, ws_options)
+    ws_meta)
 
 
 class WsDag(WsRunner):
@@ -699,7 +699,7 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
     g = G.build(case, t, o["order"], 264)
     _, width = host.task_table(g, goals=o["wait"] == "parallel")
     meta = host.kernel_meta(case, t, g, o, 264, True, width)
-    mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"], pre=o["ws_pre"], ctas=o["ws_ctas"])
+    mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"], pre=o["ws_pre"])
     M, D, L = case.tokens, case.D, case.L
     dt = {"bf16x3": torch.bfloat16, "f16_w1": torch.float16}
     dtypes, shapes = {}, {}
@@ -713,7 +713,7 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
                              ("w2", t.scheme_ffn2, D, 4 * D, t.block_n_ffn2)):
         for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n]
             dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], (L, -(-N // bn), K, bn)
-    return compile_for_sm90(mw, dtypes, shapes, ws_options(o["ws_ctas"])), case, g, t, mw, dtypes, shapes
+    return compile_for_sm90(mw, dtypes, shapes), case, g, t, mw, dtypes, shapes
 
 
 def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict | None = None,

@@ -32,7 +32,7 @@ CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, 
                cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"), form=FORMS)
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages", "ws_stages",
-        "ws_consumers", "ws_pre", "ws_ctas")
+        "ws_consumers", "ws_pre")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -83,8 +83,6 @@ def check_params(params: dict) -> dict:
                              f"ws_pre: {o['ws_stages']} or less, or more ws_stages")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
-    if o["ws_ctas"] not in (1, 2):
-        raise ParameterError(f"dag: ws_ctas={o['ws_ctas']}: 1 or 2 (form ws's CTAs per SM)")
     return o
 
 
@@ -357,12 +355,11 @@ def prepare_one(case: Case, weights: Weights, **params) -> DagPrepared:
     n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if gpu else 1
     slots = n_sm * o["ctas_per_sm"]
     grid = o["grid"] or (slots if gpu else 1)  # the interpreter runs programs one after another: one is enough
-    if ws:  # ws_ctas CTAs per SM; the graph (split K, critical order) as form tl's on SMs x ctas_per_sm programs
-        cap = n_sm * o["ws_ctas"]
-        grid = o["grid"] or cap
-        if grid > cap:
-            raise ParameterError(f"dag: form ws runs ws_ctas={o['ws_ctas']} CTA(s) per SM: grid={o['grid']} exceeds "
-                                 f"{n_sm} SMs x {o['ws_ctas']}; set grid: 0 (= {cap}) or at most {cap}, or form: tl")
+    if ws:  # one CTA per SM; the graph (split K, critical order) as form tl's on SMs x ctas_per_sm programs
+        grid = o["grid"] or n_sm
+        if grid > n_sm:
+            raise ParameterError(f"dag: form ws runs one CTA per SM: grid={o['grid']} exceeds the {n_sm} SMs; set "
+                                 f"grid: 0 (= {n_sm}) or at most {n_sm}, or form: tl")
     elif o["grid"] > slots:
         raise ParameterError(f"dag: grid={o['grid']} exceeds {n_sm} SMs x ctas_per_sm={o['ctas_per_sm']} = {slots} "
                          "co-resident programs; lower grid or raise ctas_per_sm")
@@ -427,17 +424,16 @@ def _prepare_ws(p: DagPrepared, n_sm: int, programs: int) -> None:
     counters, queue head, error word and trace, the kernel compiled and its direct launch built (a first ``run`` is
     not a compile), its shared memory checked against the device's limit; ``p.info`` as form tl's (registers,
     spills, shared memory; one CTA per SM)."""
-    from .ws_kernel import WsRunner, check_supported, ws_meta, ws_options
+    from .ws_kernel import WsRunner, check_supported, ws_meta
     o = p.params
-    check_supported(p.meta, p.grid, n_sm, o["ws_ctas"])
-    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"], pre=o["ws_pre"],
-                   ctas=o["ws_ctas"])
-    r = WsRunner(p, meta, p.grid, p.ctr, p.head, p.err, p.trace, options=ws_options(o["ws_ctas"]))
+    check_supported(p.meta, p.grid, n_sm)
+    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"], pre=o["ws_pre"])
+    r = WsRunner(p, meta, p.grid, p.ctr, p.head, p.err, p.trace)
     p.kernel = r.compile()
-    p.info.update(r.check_shared(o["ws_ctas"]))
+    p.info.update(r.check_shared())
     p.info.update(graph_programs=programs, ws_stages=o["ws_stages"], ws_consumers=o["ws_consumers"], ws_pre=o["ws_pre"],
-                  ws_ctas=o["ws_ctas"], registers=p.kernel.n_regs,
-                  spills=getattr(p.kernel, "n_spills", None), launch_path=r.launch_path())
+                  registers=p.kernel.n_regs,
+                  spills=getattr(p.kernel, "n_spills", None), occupancy=1, launch_path=r.launch_path())
     p.ws = r
 
 

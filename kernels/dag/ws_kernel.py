@@ -450,20 +450,10 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
 
 
 @gluon.jit
-def _record_timeout(bad, err_ptr, t):
-    """A wait that gave up (``bad`` per lane): counted in err[0], the task in err[1]."""
-    nbad = gl.sum(bad, axis=0)
-    if nbad > 0:
-        gl.atomic_add(err_ptr, 1, sem="relaxed")
-        gl.atomic_xchg(err_ptr + 1, t, sem="relaxed")
-
-
-@gluon.jit
 def _wait_counters(row, tab_goal_off, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit, lane,
-                   MAX_WAITS: gl.constexpr, GOALS_IN_ROW: gl.constexpr, RECORD: gl.constexpr):
+                   MAX_WAITS: gl.constexpr, GOALS_IN_ROW: gl.constexpr):
     """Every counter of the task polled at once, one lane each (the unused lanes poll the dummy counter 0, goal 0);
-    then a warp barrier: every lane's acquire before any later operation of the warp. RECORD: a timeout recorded
-    here (else the caller records the returned per-lane flags later: ``_record_timeout``)."""
+    then a warp barrier: every lane's acquire before any later operation of the warp."""
     on = lane < MAX_WAITS
     ids = gl.load(row + HEADER + lane, mask=on, other=0)
     if GOALS_IN_ROW:
@@ -472,10 +462,11 @@ def _wait_counters(row, tab_goal_off, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin
         goals = gl.load(goal_ptr + ids) * epoch
     bad = gl.inline_asm_elementwise(_POLL, "=r,l,r,r", [ctr_ptr + ids, goals, spin_limit + lane * 0],
                                     dtype=gl.int32, is_pure=False, pack=1)
-    if RECORD:
-        _record_timeout(bad, err_ptr, t)
+    nbad = gl.sum(bad, axis=0)
+    if nbad > 0:
+        gl.atomic_add(err_ptr, 1, sem="relaxed")
+        gl.atomic_xchg(err_ptr + 1, t, sem="relaxed")
     gl.thread_barrier()
-    return bad
 
 
 @gluon.jit
@@ -487,7 +478,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr, TICKET_AT: gl.constexpr, ERR_IN_WAIT: gl.constexpr):
+            PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -534,13 +525,10 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)   # which comes only
             #                                                                         after the wait)
-        bad = _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch,
-                             spin_limit, lane, MAX_WAITS, GOALS_IN_ROW, ERR_IN_WAIT)
+        _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
+                       lane, MAX_WAITS, GOALS_IN_ROW)
         _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
-        t_next = t
-        if TICKET_AT == 1:   # the next ticket taken now: its round trip under this task's activation loads
-            t_next = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
         row0 = a * T64
@@ -563,15 +551,8 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
                             RING_N)
             na0 += 1 - cid
             na1 += cid
-        if not ERR_IN_WAIT:
-            _record_timeout(bad, err_ptr, t)
-        if TICKET_AT == 2:   # the next ticket only once the consumer has taken this task
-            mbarrier.wait(tid_free.index(2 * cid + turn % 2), (turn // 2) & 1)
         i += 1
-        if TICKET_AT == 1:
-            t = t_next
-        else:
-            t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
+        t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
         _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
              hl)
@@ -1019,8 +1000,7 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, TICKET_AT: gl.constexpr,
-    ERR_IN_WAIT: gl.constexpr, num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1073,7 +1053,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, TICKET_AT, ERR_IN_WAIT)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
@@ -1089,7 +1069,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, TICKET_AT, ERR_IN_WAIT)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1127,9 +1107,6 @@ SAME_N_PARAMS = BLOCK_N_PARAMS[1:]
 BLOCK_NS = (TILE, 2 * TILE)
 WS_STAGES = (2, 3, 4, 5, 6)    # ring slots ``ws_stages`` may ask for (shared memory permitting: ``max_ws_stages``)
 SHARED_LIMIT = 232448          # bytes of shared memory one CTA may use on an sm_90 SM (227 KB)
-SHARED_SM = 233472             # an sm_90 SM's shared memory (228 KB), 1 KB of it reserved for each resident CTA
-WS_CTAS = (1, 2)               # CTAs per SM (``ws_ctas``); two share the SM's registers: ``.maxnreg`` ``MAXNREG[2]``
-MAXNREG = {2: 128}             # 65536 registers / (2 CTAs x 8 warps x 32 threads)
 # shared memory besides the ring and the q buffer (the epilogues' layout-conversion scratch, the mbarriers, the
 # hand-over rings): measured on the sm_90a compile, the same at block_n 64 and 128 (tests/test_dag_ws_kernel.py)
 SHARED_OTHER = 16772
@@ -1145,22 +1122,10 @@ def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1) -> int:
             + (consumers - 1) * SHARED_OTHER_2)
 
 
-def shared_limit(ctas: int = 1) -> int:
-    """Bytes of shared memory a CTA may use with ``ctas`` CTAs per SM: ``SHARED_LIMIT`` for one, an even share of the
-    SM's (less the 1 KB reserved for each) for two: 115712."""
-    return SHARED_LIMIT if ctas == 1 else SHARED_SM // ctas - 1024
-
-
-def max_ws_stages(block_n: int, consumers: int = 1, ctas: int = 1) -> int:
-    """The most ring slots (2-6) that fit at this block_n, consumers and CTAs per SM (one CTA: 6 at 64 and 4 at 128
-    with one consumer, with two 5 at 64, 3 at 128; two CTAs: 2 at 64, none at 128 — then 0)."""
-    return max([s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers) <= shared_limit(ctas)], default=0)
-
-
-def ws_options(ctas: int = 1) -> dict:
-    """Compile options of ``dag_ws_fwd`` for ``ctas`` CTAs per SM: two need ``.maxnreg`` 128 (ptxas fits every body
-    in it without spills on the dag cases: tests/test_dag_ws_kernel.py)."""
-    return {"maxnreg": MAXNREG[ctas]} if ctas in MAXNREG else {}
+def max_ws_stages(block_n: int, consumers: int = 1) -> int:
+    """The most ring slots (2-6) that fit one CTA per SM at this block_n and consumers (6 at 64 and 4 at 128 with one
+    consumer; with two 5 at 64, 3 at 128)."""
+    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers) <= SHARED_LIMIT)
 
 
 def _check_consumers(consumers, err) -> None:
@@ -1168,26 +1133,16 @@ def _check_consumers(consumers, err) -> None:
         raise err(f"dag: form ws: ws_consumers={consumers!r}: 1 or 2 consumer warpgroups")
 
 
-def _check_ctas(ctas, consumers: int, err) -> None:
-    if ctas not in WS_CTAS:
-        raise err(f"dag: form ws: ws_ctas={ctas!r}: 1 or 2 CTAs per SM")
-    if ctas > 1 and consumers > 1:
-        raise err(f"dag: form ws: ws_ctas={ctas} with ws_consumers={consumers}: two CTAs per SM take one consumer "
-                  "warpgroup each: set ws_consumers: 1 or ws_ctas: 1")
-
-
-def _check_stages(stages: int, block_n: int, err, consumers: int = 1, ctas: int = 1) -> None:
+def _check_stages(stages: int, block_n: int, err, consumers: int = 1) -> None:
     if stages not in WS_STAGES:
         raise err(f"dag: form ws: ws_stages={stages}: 2 to 6 ring slots")
-    need, limit = ws_shared_bytes(stages, block_n, consumers), shared_limit(ctas)
-    if need > limit:
+    need = ws_shared_bytes(stages, block_n, consumers)
+    if need > SHARED_LIMIT:
         two = f" and {consumers} consumers" if consumers > 1 else ""
-        most = max_ws_stages(block_n, consumers, ctas)
-        fix = (f"set ws_stages: {most} or less" if most else
-               f"set block_n 64 on every GEMM (block_n_qkv, block_n_o, block_n_ffn1, block_n_ffn2) or ws_ctas: 1")
         raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{two}: {need} "
-                  f"bytes of shared memory > {limit} ({ctas} CTA{'s' if ctas > 1 else ''} per SM; a ring slot is "
-                  f"{(2 * TILE * TILE + 2 * TILE * block_n) * 2 // 1024} KB): {fix}")
+                  f"bytes of shared memory > {SHARED_LIMIT} (one CTA per SM; a ring slot is "
+                  f"{(2 * TILE * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
+                  f"{max_ws_stages(block_n, consumers)} or less")
 
 
 def check_ws_params(o: dict) -> None:
@@ -1210,15 +1165,14 @@ def check_ws_params(o: dict) -> None:
             raise ParameterError(f"dag: form ws needs {k} {common} as the other GEMMs' (got {o[k]!r}; one width for "
                                  f"the output projection and the FFN, 64 or 128: {dict(zip(SAME_N_PARAMS, widths))}"
                                  f"; block_n_qkv may differ): set form: tl or {k}: {common}")
-    _check_ctas(o["ws_ctas"], o["ws_consumers"], ParameterError)
     _check_stages(o["ws_stages"], max(common, o["block_n_qkv"]), ParameterError,
-                  o["ws_consumers"], o["ws_ctas"])   # (ws_consumers: host.check_params)
+                  o["ws_consumers"])   # (ws_consumers: host.check_params)
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
 
 
-def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None, ctas: int = 1) -> None:
+def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None) -> None:
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
     run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one of the output projection's
     and FFN's block_n below the others) or is not a multiple of 64."""
@@ -1244,26 +1198,24 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
     if meta["QUEUE"] != "queue":
         raise WsUnsupported("dag: form ws: queue=static is not implemented (the WS loader takes tickets): set form: "
                             "tl or queue: queue")
-    if grid is not None and n_sm is not None and not 1 <= grid <= n_sm * ctas:
-        raise WsUnsupported(f"dag: form ws: grid={grid} programs: the WS kernel runs ws_ctas={ctas} CTA(s) per SM "
-                            f"({n_sm} SMs), so a larger grid would not be co-resident and would deadlock: set grid: 0 "
-                            f"(= {n_sm * ctas}) or at most {n_sm * ctas}")
+    if grid is not None and n_sm is not None and not 1 <= grid <= n_sm:
+        raise WsUnsupported(f"dag: form ws: grid={grid} programs: the WS kernel runs one CTA per SM ({n_sm} SMs; its "
+                            "shared memory allows one), so a grid above the SM count would deadlock: set grid: 0 "
+                            f"(= {n_sm}) or at most {n_sm}")
 
 
 def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consumers: int = 1,
-            pre: int = PRE_DEFAULT, ctas: int = 1) -> dict:
+            pre: int = PRE_DEFAULT) -> dict:
     """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the output
     projection's and the FFN's tile width (``check_supported``: one for the three), ``BLOCK_N_QKV`` QKV's, ``RING_N``
     the weight ring's (the wider), ``stages`` checked against shared memory at it and the
-    ``consumers`` warpgroups (``ws_consumers``: 1 or 2), whose partitions' registers are ``REGS[consumers]``, and the
-    ``ctas`` per SM (``ws_ctas``: their share of shared memory; their registers are a compile option, ``ws_options``)."""
+    ``consumers`` warpgroups (``ws_consumers``: 1 or 2), whose partitions' registers are ``REGS[consumers]``."""
     check_supported(meta)
     block_n = meta["SITE_BLOCK_N"][meta["SITE_O"]]
     block_n_qkv = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
     ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
-    _check_ctas(ctas, consumers, WsUnsupported)
-    _check_stages(stages, ring_n, WsUnsupported, consumers, ctas)
+    _check_stages(stages, ring_n, WsUnsupported, consumers)
     if not 1 <= pre <= stages:
         raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
                             "ring's slots before a wait")
@@ -1281,9 +1233,6 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
-                TICKET_AT=0,            # the next ticket: 0 after the loads, 1 after the wait, 2 after the loads
-                #                         once the consumer took the task (the lab's A/B)
-                ERR_IN_WAIT=True,       # a timed-out wait recorded before the loads (False: after; the lab's A/B)
                 num_warps=4)
 
 
@@ -1320,11 +1269,10 @@ CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + 
                                         + len(SCALARS):])   # B … num_warps, in parameter order
 
 
-def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict, options: dict | None = None):
+def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
     """Compile ``dag_ws_fwd`` for sm_90a without a GPU (``GluonASTSource``, ``GPUTarget("cuda", 90, 32)``, as
     ``bench.dag.ws_chain._compile_ws``): ``dtypes`` / ``shapes`` give each buffer (``ln1_hi`` …, ``wqkv_hi`` …)
-    its torch dtype and shape; the descriptors are built over empty CPU tensors of those; ``options``: ``ws_options``'s
-    (two CTAs per SM: ``maxnreg``)."""
+    its torch dtype and shape; the descriptors are built over empty CPU tensors of those."""
     import torch
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -1342,8 +1290,7 @@ def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict, options: dict | 
     sig.update({n: "constexpr" for n in meta_ws})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, *CONTROL)}
     src = GluonASTSource(dag_ws_fwd, sig, constexprs={(names.index(k),): v for k, v in meta_ws.items()}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=meta_ws["num_warps"], **(options or {})))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=meta_ws["num_warps"]))
 
 
 def unwrap_launcher(launch):
@@ -1400,18 +1347,15 @@ def _no_launch_hooks() -> bool:
 class WsRunner:
     """``dag_ws_fwd`` on a ``DagPrepared`` ``p`` (its graph, task table, buffers and weight slabs) with the control
     tensors given (``ctr``, ``head``, ``err``, ``trace``: ``host`` passes ``p``'s own; the lab's ``WsDag`` its own),
-    ``meta`` (``ws_meta``), ``grid`` programs (at most ``ws_ctas`` CTAs per SM: ``check_supported``) and the compile
-    ``options`` (``ws_options``). The epoch and the
+    ``meta`` (``ws_meta``) and ``grid`` programs (one CTA per SM at most: ``check_supported``). The epoch and the
     spin limit are the caller's (``host.launch`` keeps the bookkeeping). ``compile()`` builds the kernel without a
     launch (``host.prepare_one`` on CUDA); without it the first launch compiles through Gluon's JIT path. Either way
     the launches after that go through ``DirectLaunch`` when ``direct`` (x and y CUDA tensors of the compiled dtype
     with the 16-byte alignment the kernel was specialized for; no Triton launch hook set), else the JIT path."""
 
-    def __init__(self, p, meta: dict, grid: int, ctr, head, err, trace, direct: bool = True,
-                 options: dict | None = None):
+    def __init__(self, p, meta: dict, grid: int, ctr, head, err, trace, direct: bool = True):
         T = p.tensors
         self.p, self.meta, self.grid = p, meta, grid
-        self.options = dict(options or {})
         self.descs = descriptors(T)
         self.r = T["r_ptr"]
         self.ptrs = [T[n] for n in POINTERS[3:]]                         # after x, y, r (x and y per launch)
@@ -1437,7 +1381,7 @@ class WsRunner:
         """Compile (no launch) and load the kernel for fp32 x / y with 16-byte alignment (r stands in for both, as
         ``host.compile_only``: the same specialization as a launch on ``run``'s fresh tensors), and build the direct
         launch. Returns Triton's CompiledKernel."""
-        k = dag_ws_fwd.warmup(*self.args(self.r, self.r, 1, 1), grid=(self.grid, ), **self.meta, **self.options)
+        k = dag_ws_fwd.warmup(*self.args(self.r, self.r, 1, 1), grid=(self.grid, ), **self.meta)
         k._init_handles()
         self._adopt(k, self.r, self.r)
         return k
@@ -1473,26 +1417,18 @@ class WsRunner:
                 d(self.grid, self._stream(self._dev), [xp, yp, *self._ptr_vals],
                   [self.n_tasks, max(1, epoch), spin_limit, self.qk_scale])
                 return self.kernel
-        k = dag_ws_fwd[(self.grid, )](*self.args(x, y, epoch, spin_limit), **self.meta, **self.options)
+        k = dag_ws_fwd[(self.grid, )](*self.args(x, y, epoch, spin_limit), **self.meta)
         if self.kernel is None:
             self._adopt(k, x, y)
         return k
 
-    def check_shared(self, ctas: int = 1) -> dict:
-        """Shared memory of the compiled kernel against the device's per-block limit, and ``ctas`` CTAs of it
-        co-resident on an SM (registers, shared memory, threads: ``occupancy``), else ``WsUnsupported``."""
+    def check_shared(self) -> dict:
+        """Shared memory of the compiled kernel against the device's per-block limit (one CTA per SM)."""
         import torch
-        from ..common.occupancy import occupancy
         props = torch.cuda.get_device_properties(self.ctr.device)
         limit = getattr(props, "shared_memory_per_block_optin", None)
         shared = self.kernel.metadata.shared if self.kernel is not None else None
         if limit is not None and shared is not None and shared > limit:
             raise WsUnsupported(f"dag: form ws: {shared} bytes of shared memory > the device's {limit} per block; "
                                 "lower ws_stages")
-        warps = getattr(self.kernel.metadata, "num_warps", None)
-        occ = occupancy(self.kernel, warps, self.ctr.device) if warps else None
-        if occ is not None and occ < ctas:
-            raise WsUnsupported(f"dag: form ws: ws_ctas={ctas}, but {occ} CTA(s) of the compiled kernel fit an SM "
-                                f"({self.kernel.n_regs} registers, {shared} bytes of shared memory, {warps} warps): "
-                                f"set ws_ctas: {max(1, occ)} or lower ws_stages")
-        return dict(shared=shared, shared_limit=limit, num_warps=warps, occupancy=occ)
+        return dict(shared=shared, shared_limit=limit, num_warps=getattr(self.kernel.metadata, "num_warps", None))
