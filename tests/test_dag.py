@@ -659,6 +659,11 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     assert r["ws"]["f32_adds"] == r["ws_queue"]["f32_adds"] == t["f32_adds"] == 0, r
     assert r["ws_queue_atomic"]["f32_adds"] == r["tl_atomic"]["f32_adds"] == 8, r
     assert r["ws_queue_atomic"]["release"] == 1 and r["ws_queue_atomic"]["proxy_fence"] == 2, r
+    # ws2qs: the consumer rewrites A in shared memory before the products: one generic -> async proxy fence there,
+    # the same products and protocol, no spills
+    sp, q = r["ws_queue_split"], r["ws_queue"]
+    assert sp["shared_fence"] == 1 and q["shared_fence"] == 0, r
+    assert sp["wgmma"] == q["wgmma"] and sp["acquire"] == sp["release"] == 1 and sp["spill_stores"] == 0, r
 
 
 def test_ws_chain_reference_is_the_split_operands_chain():

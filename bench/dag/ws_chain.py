@@ -59,6 +59,12 @@ per stage, static lists): time per stage is the chain's link, work included. For
   tasks (stage ≤ s) complete, so it completes too; no pipeline waits on the other pipeline's barriers, so one blocked
   on a dependency never stops the other. As for the other Gluon forms, every program must be resident (grid ≤ SMs,
   which ``measure`` checks; one CTA per SM by shared memory).
+- ``ws2s``, ``ws2qs``: ``ws2``, ``ws2q`` with the consumer's side of LayerNorm folded into a GEMM (``SPLIT``): before
+  each K step's products the consumer reads the slot's A pair (16 KB, the bytes of a 64 × 64 fp32 tile) into registers,
+  writes bf16(x) and bf16(x − bf16(x)) of x = hi + lo back into the slot (the same values: the result is unchanged and
+  checked as for ``ws2``), adds x and x² into per-row sums that the epilogue turns into a mean and rstd (applied times
+  0), then ``fence.proxy.async.shared`` and the warpgroup's barrier before wgmma reads the slot. What splitting the
+  residual's fp32 rows into the products' operands in the consumer would cost (``docs/dag.md``, "Results" 37).
 
 ``python -m bench.dag.ws_chain --out DIR`` (GPU): checks every form against a float64 chain on a launch after zeroing
 the activations (a missed dependency reads zeros), times back-to-back launches for two chain lengths and reports the
@@ -88,7 +94,8 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 from bench.seqres.gluon_gemm import operand_ring
 from kernels.common import task_sync
@@ -219,9 +226,28 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
 
 
 @gluon.jit
+def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr):
+    """``SPLIT``: the consumer's side of LayerNorm folded into a GEMM (an fp32 A tile split into bf16 hi / lo in shared
+    memory before the products): read the slot's A pair (16 KB, the bytes of a 64 × 64 fp32 tile), x = hi + lo, write
+    bf16(x) and bf16(x − bf16(x)) back (16 KB; the same values), add x and x² into the row sums; then the proxy fence
+    and the warpgroup's barrier before wgmma reads the slot."""
+    hi = a_hi.index(slot).load(sl).to(gl.float32)
+    lo = a_lo.index(slot).load(sl).to(gl.float32)
+    x = hi + lo
+    h2 = x.to(gl.bfloat16)
+    a_hi.index(slot).store(h2)
+    a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
+    rsum += gl.sum(x, axis=1)
+    rsq += gl.sum(x * x, axis=1)
+    fence_async_shared()
+    gl.thread_barrier()
+    return rsum, rsq
+
+
+@gluon.jit
 def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
                   TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
-                  TRACE: gl.constexpr, num_warps: gl.constexpr):
+                  TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False):
     """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
     stores, the hand-over to the signaller."""
     a_hi, a_lo, w_hi, w_lo = bufs
@@ -235,11 +261,16 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     on = gl.arange(0, BN, layout=gl.SliceLayout(0, out))
     s, m, n = _task(t, TPS, NTN)
     acc = gl.zeros([BM, BN], gl.float32, layout=mma)
+    sl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # a 64 × 64 bf16 tile, 16 B a load
+    rsum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
+    rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
     for kk in range(KT):
         slot = g % STAGES
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
         if kk == 0:
             _stamp(trace_ptr, t, 1, TRACE, lay)
+        if SPLIT:
+            rsum, rsq = _resplit(a_hi, a_lo, slot, rsum, rsq, sl)
         acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
         acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
         acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
@@ -253,6 +284,11 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
     hi = gl.convert_layout(hi, out)
     lo = gl.convert_layout(lo, out)
+    if SPLIT:  # the row statistics used as LayerNorm's epilogue would (times 0 here: the product is unchanged)
+        mean = rsum / K
+        rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
+        lo = (lo.to(gl.float32) + gl.convert_layout(mean * rstd * 0.0, gl.SliceLayout(1, out))[:, None]).to(
+            gl.bfloat16)
     offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
     gl.store(act_hi_ptr + offs, hi)
     gl.store(act_lo_ptr + offs, lo)
@@ -270,7 +306,7 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
 @gluon.jit
 def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
               nprog, n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr,
-              ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+              ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -280,7 +316,7 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
         t = _recv(tids, tid_full, tid_free, 0, lay)
         while t >= 0:
             _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
-                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps)
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT)
             g += KT
             i += 1
             t = _recv(tids, tid_full, tid_free, i, lay)
@@ -291,7 +327,7 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
     else:
         for t in range(pid, n_tasks, nprog):
             _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
-                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps)
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT)
             g += KT
             i += 1
 
@@ -347,7 +383,8 @@ def _pipe_barriers(STAGES: gl.constexpr):
 @gluon.jit
 def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
              n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
-             QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr):
+             QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
+             SPLIT: gl.constexpr = False):
     a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     ready, empty, done, sig_free = _pipe_barriers(STAGES)
     tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -364,7 +401,7 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
     tid_ring = (tids, tid_full, tid_free)
     gl.warp_specialize([
         (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr,
-                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps)),
+                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT)),
         (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr,
                    head_ptr, base, pid, nprog, n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, QUEUE,
                    TRACE)),
@@ -446,7 +483,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
         task_sync.signal_counter(ctr_ptr + s * MB + m, True)
 
 
-FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca")
+FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs")
 
 
 class Chain:
@@ -532,7 +569,8 @@ class Chain:
             self.kernel = chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.r, self.ctr, self.err,
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
                                          self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
-                                         QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4)
+                                         QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4,
+                                         SPLIT=form.endswith("s"))
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
@@ -602,7 +640,7 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     return rec
 
 
-def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False) -> dict:
+def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False, split: bool = False) -> dict:
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
     slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
@@ -622,7 +660,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
     if not two:
         sig.update(head_ptr="*i32", base="i32")
-        cex.update(MODE=2, QUEUE=queue)
+        cex.update(MODE=2, QUEUE=queue, SPLIT=split)
     sig.update({n: "constexpr" for n in cex})
     sig = {n: sig[n] for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
@@ -633,7 +671,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
                 tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
                 acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
-                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
+                shared_fence=ptx.count("fence.proxy.async.shared"), setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
                 maxnreg=sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
                 **{key: rep[key] for key in ("spill_stores", "spill_loads", "wgmma_notes")})
 
@@ -668,7 +706,8 @@ def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
     ``chain_tl`` (with and without the atomics) for sm_90a without a GPU; return warps, shared memory, the counts of
     the instructions they are measured with and (Gluon) ptxas's spills and wgmma serialization notes."""
     return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages),
-                ws_queue_atomic=_compile_ws(True, K, stages, atomic=True), ws_s2c=_compile_ws(False, K, stages_2c),
+                ws_queue_atomic=_compile_ws(True, K, stages, atomic=True),
+                ws_queue_split=_compile_ws(True, K, stages, split=True), ws_s2c=_compile_ws(False, K, stages_2c),
                 ws2c=_compile_ws(False, K, stages_2c, two=True),
                 ws2c_atomic=_compile_ws(False, K, stages_2c, atomic=True, two=True), tl=_compile_tl(K, False),
                 tl_atomic=_compile_tl(K, True))
