@@ -664,6 +664,12 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     sp, q = r["ws_queue_split"], r["ws_queue"]
     assert sp["shared_fence"] == 1 and q["shared_fence"] == 0, r
     assert sp["wgmma"] == q["wgmma"] and sp["acquire"] == sp["release"] == 1 and sp["spill_stores"] == 0, r
+    # ws2qf / ws2qt: the same protocol with the proxy fence in the signaller; ws2qt's two TMA stores (hi, lo) behind a
+    # generic -> async proxy fence, no spills
+    f, ts = r["ws_queue_fence_at_signal"], r["ws_queue_tma_store"]
+    assert f["proxy_fence"] == 2 and f["tma_store"] == 0 and q["tma_store"] == 0, r
+    assert ts["tma_store"] == 2 and ts["shared_fence"] == 1 and ts["release"] == 1 and ts["spill_stores"] == 0, r
+    assert ts["shared"] <= 232448, ts
 
 
 def test_ws_chain_reference_is_the_split_operands_chain():

@@ -65,6 +65,13 @@ per stage, static lists): time per stage is the chain's link, work included. For
   checked as for ``ws2``), adds x and x² into per-row sums that the epilogue turns into a mean and rstd (applied times
   0), then ``fence.proxy.async.shared`` and the warpgroup's barrier before wgmma reads the slot. What splitting the
   residual's fp32 rows into the products' operands in the consumer would cost (``docs/dag.md``, "Results" 37).
+- ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
+  release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
+- ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a
+  staging buffer in shared memory (two, one per hand-over turn, 32 KB), ``fence.proxy.async.shared``, and hands it
+  over; the signaller issues the two TMA stores, waits for them to complete (``cp.async.bulk.wait_group 0``), then the
+  proxy fence and the release; a staging buffer is written again only after the signaller's ``sig_free`` arrive of
+  the task two turns before, which follows that wait.
 
 ``python -m bench.dag.ws_chain --out DIR`` (GPU): checks every form against a float64 chain on a launch after zeroing
 the activations (a missed dependency reads zeros), times back-to-back launches for two chain lengths and reports the
@@ -247,9 +254,11 @@ def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr):
 @gluon.jit
 def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
                   TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
-                  TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False):
+                  TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0,
+                  stage=None):
     """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
-    stores, the hand-over to the signaller."""
+    stores (``OUT`` 2: into the staging buffer of turn i for the signaller's TMA store), the hand-over to the
+    signaller."""
     a_hi, a_lo, w_hi, w_lo = bufs
     KT: gl.constexpr = K // BK
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -280,33 +289,47 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     _stamp(trace_ptr, t, 2, TRACE, lay)
-    hi = acc.to(gl.bfloat16)
-    lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
-    hi = gl.convert_layout(hi, out)
-    lo = gl.convert_layout(lo, out)
-    if SPLIT:  # the row statistics used as LayerNorm's epilogue would (times 0 here: the product is unchanged)
-        mean = rsum / K
-        rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
-        lo = (lo.to(gl.float32) + gl.convert_layout(mean * rstd * 0.0, gl.SliceLayout(1, out))[:, None]).to(
-            gl.bfloat16)
-    offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
-    gl.store(act_hi_ptr + offs, hi)
-    gl.store(act_lo_ptr + offs, lo)
-    if ATOMIC:  # the residual GEMMs' epilogue: R[tile] += acc
-        r_offs = (m * BM + om)[:, None] * K + (n * BN + on)[None, :]
-        gl.atomic_add(r_ptr + r_offs, gl.convert_layout(acc, out), sem="relaxed", scope="gpu")
-    gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
-    # the signaller took task i - 2's turn of this slot
-    mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
-    if QUEUE:
-        sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
-    mbarrier.arrive(done.index(i % 2))
+    if OUT == 2:  # the split tile into staging buffer i % 2 (free once the signaller's store of task i - 2 read it)
+        st_hi, st_lo = stage
+        mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+        h2 = acc.to(gl.bfloat16)
+        st_hi.index(i % 2).store(h2)
+        st_lo.index(i % 2).store((acc - h2.to(gl.float32)).to(gl.bfloat16))
+        fence_async_shared()   # the generic writes before the signaller's TMA (async proxy) reads them
+        gl.thread_barrier()
+        if QUEUE:
+            sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
+        mbarrier.arrive(done.index(i % 2))
+    else:
+        hi = acc.to(gl.bfloat16)
+        lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
+        hi = gl.convert_layout(hi, out)
+        lo = gl.convert_layout(lo, out)
+        if SPLIT:  # the row statistics used as LayerNorm's epilogue would (times 0 here: the product is unchanged)
+            mean = rsum / K
+            rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
+            lo = (lo.to(gl.float32) + gl.convert_layout(mean * rstd * 0.0, gl.SliceLayout(1, out))[:, None]).to(
+                gl.bfloat16)
+        offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+        gl.store(act_hi_ptr + offs, hi)
+        gl.store(act_lo_ptr + offs, lo)
+        if ATOMIC:  # the residual GEMMs' epilogue: R[tile] += acc
+            r_offs = (m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+            gl.atomic_add(r_ptr + r_offs, gl.convert_layout(acc, out), sem="relaxed", scope="gpu")
+        if OUT == 0:  # OUT 1: the proxy fence (the stores' drain) in the signaller, as the kernel's FENCE_AT_SIGNAL
+            gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+        # the signaller took task i - 2's turn of this slot
+        mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+        if QUEUE:
+            sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
+        mbarrier.arrive(done.index(i % 2))
 
 
 @gluon.jit
 def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
               nprog, n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr,
-              ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False):
+              ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False,
+              OUT: gl.constexpr = 0, stage=None):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -316,7 +339,7 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
         t = _recv(tids, tid_full, tid_free, 0, lay)
         while t >= 0:
             _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
-                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT)
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage)
             g += KT
             i += 1
             t = _recv(tids, tid_full, tid_free, i, lay)
@@ -327,16 +350,25 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
     else:
         for t in range(pid, n_tasks, nprog):
             _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
-                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT)
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage)
             g += KT
             i += 1
 
 
 @gluon.jit
-def _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE: gl.constexpr):
+def _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE: gl.constexpr, M=0, OUT: gl.constexpr = 0,
+             stage=None, out_descs=None):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, 32, layout=lay)
     s, m, n = _task(t, TPS, NTN)
+    if OUT == 2:  # the staged tile to X_{s+1} by TMA, complete (written) before the release
+        st_hi, st_lo = stage
+        ahi_d, alo_d = out_descs
+        tma.async_copy_shared_to_global(ahi_d, [(s + 1) * M + m * BM, n * BN], st_hi.index(i % 2))
+        tma.async_copy_shared_to_global(alo_d, [(s + 1) * M + m * BM, n * BN], st_lo.index(i % 2))
+        tma.store_wait(0)
+    if OUT != 0:  # the consumer's stores (OUT 1) or the TMA's writes (OUT 2) ordered before the release
+        gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
     gl.inline_asm_elementwise(_RELEASE_LANE0, "=r,l", [ctr_ptr + s * MB + m + lane * 0], dtype=gl.int32,
                               is_pure=False, pack=1)
     _stamp(trace_ptr, t, 3, TRACE, lay)
@@ -345,21 +377,21 @@ def _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE: gl.constex
 
 @gluon.jit
 def _signaller(done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE: gl.constexpr,
-               TRACE: gl.constexpr):
+               TRACE: gl.constexpr, M=0, OUT: gl.constexpr = 0, stage=None, out_descs=None):
     i = 0
     if QUEUE:
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         mbarrier.wait(done.index(0), 0)
         t = gl.max(sig_tids.index(0).load(lay), axis=0)
         while t >= 0:
-            _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE)
+            _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE, M, OUT, stage, out_descs)
             i += 1
             mbarrier.wait(done.index(i % 2), (i // 2) & 1)
             t = gl.max(sig_tids.index(i % 2).load(lay), axis=0)
     else:
         for t in range(pid, n_tasks, nprog):
             mbarrier.wait(done.index(i % 2), (i // 2) & 1)
-            _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE)
+            _release(ctr_ptr, trace_ptr, sig_free, t, i, TPS, NTN, MB, TRACE, M, OUT, stage, out_descs)
             i += 1
 
 
@@ -384,8 +416,11 @@ def _pipe_barriers(STAGES: gl.constexpr):
 def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
              n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
              QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
-             SPLIT: gl.constexpr = False):
+             SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0):
     a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+    NSTG: gl.constexpr = 2 if OUT == 2 else 1   # OUT 2: a staging pair per hand-over turn (else an unused 16 KB)
+    stage = (gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout),
+             gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout))
     ready, empty, done, sig_free = _pipe_barriers(STAGES)
     tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     tid_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -401,11 +436,12 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
     tid_ring = (tids, tid_full, tid_free)
     gl.warp_specialize([
         (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr,
-                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT)),
+                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage)),
         (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr,
                    head_ptr, base, pid, nprog, n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, QUEUE,
                    TRACE)),
-        (_signaller, (done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE, TRACE)),
+        (_signaller, (done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE, TRACE,
+                      M, OUT, stage, (ahi_d, alo_d))),
     ], [1, 1], [40, 40])
 
 
@@ -483,7 +519,8 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
         task_sync.signal_counter(ctr_ptr + s * MB + m, True)
 
 
-FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs")
+FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs",
+         "ws2qf", "ws2qt")
 
 
 class Chain:
@@ -570,7 +607,7 @@ class Chain:
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
                                          self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
                                          QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4,
-                                         SPLIT=form.endswith("s"))
+                                         SPLIT=form.endswith("s"), OUT=2 if form.endswith("t") else int(form.endswith("f")))
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
@@ -640,7 +677,8 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
     return rec
 
 
-def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False, split: bool = False) -> dict:
+def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False, split: bool = False,
+                out: int = 0) -> dict:
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
     slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
@@ -660,7 +698,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
     if not two:
         sig.update(head_ptr="*i32", base="i32")
-        cex.update(MODE=2, QUEUE=queue, SPLIT=split)
+        cex.update(MODE=2, QUEUE=queue, SPLIT=split, OUT=out)
     sig.update({n: "constexpr" for n in cex})
     sig = {n: sig[n] for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
@@ -669,7 +707,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     ptx = k.asm["ptx"]
     rep = sm90_report.report(k)
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
-                tma=ptx.count("cp.async.bulk.tensor"), release=ptx.count("red.release.gpu"),
+                tma=ptx.count("cp.async.bulk.tensor"), tma_store=ptx.count("cp.async.bulk.tensor.2d.global.shared"), release=ptx.count("red.release.gpu"),
                 acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
                 shared_fence=ptx.count("fence.proxy.async.shared"), setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
                 maxnreg=sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
@@ -707,7 +745,9 @@ def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
     the instructions they are measured with and (Gluon) ptxas's spills and wgmma serialization notes."""
     return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages),
                 ws_queue_atomic=_compile_ws(True, K, stages, atomic=True),
-                ws_queue_split=_compile_ws(True, K, stages, split=True), ws_s2c=_compile_ws(False, K, stages_2c),
+                ws_queue_split=_compile_ws(True, K, stages, split=True),
+                ws_queue_fence_at_signal=_compile_ws(True, K, stages, out=1),
+                ws_queue_tma_store=_compile_ws(True, K, stages, out=2), ws_s2c=_compile_ws(False, K, stages_2c),
                 ws2c=_compile_ws(False, K, stages_2c, two=True),
                 ws2c_atomic=_compile_ws(False, K, stages_2c, atomic=True, two=True), tl=_compile_tl(K, False),
                 tl_atomic=_compile_tl(K, True))
