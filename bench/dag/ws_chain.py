@@ -289,20 +289,16 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     _stamp(trace_ptr, t, 2, TRACE, lay)
+    hi = acc.to(gl.bfloat16)
+    lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
     if OUT == 2:  # the split tile into staging buffer i % 2 (free once the signaller's store of task i - 2 read it)
         st_hi, st_lo = stage
         mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
-        h2 = acc.to(gl.bfloat16)
-        st_hi.index(i % 2).store(h2)
-        st_lo.index(i % 2).store((acc - h2.to(gl.float32)).to(gl.bfloat16))
+        st_hi.index(i % 2).store(hi)
+        st_lo.index(i % 2).store(lo)
         fence_async_shared()   # the generic writes before the signaller's TMA (async proxy) reads them
         gl.thread_barrier()
-        if QUEUE:
-            sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
-        mbarrier.arrive(done.index(i % 2))
     else:
-        hi = acc.to(gl.bfloat16)
-        lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
         hi = gl.convert_layout(hi, out)
         lo = gl.convert_layout(lo, out)
         if SPLIT:  # the row statistics used as LayerNorm's epilogue would (times 0 here: the product is unchanged)
@@ -320,9 +316,9 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
             gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
         # the signaller took task i - 2's turn of this slot
         mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
-        if QUEUE:
-            sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
-        mbarrier.arrive(done.index(i % 2))
+    if QUEUE:
+        sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
+    mbarrier.arrive(done.index(i % 2))
 
 
 @gluon.jit
@@ -418,7 +414,7 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
              QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
              SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0):
     a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
-    NSTG: gl.constexpr = 2 if OUT == 2 else 1   # OUT 2: a staging pair per hand-over turn (else an unused 16 KB)
+    NSTG: gl.constexpr = 2 if OUT == 2 else 1   # OUT 2: a staging pair per hand-over turn (else unused: not kept)
     stage = (gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout),
              gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout))
     ready, empty, done, sig_free = _pipe_barriers(STAGES)
@@ -521,6 +517,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
 
 FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs",
          "ws2qf", "ws2qt")
+OUT_OF_SUFFIX = {"f": 1, "t": 2}   # a form's last letter -> ``OUT`` (0: the consumer's stores and proxy fence)
 
 
 class Chain:
@@ -607,7 +604,7 @@ class Chain:
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
                                          self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
                                          QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4,
-                                         SPLIT=form.endswith("s"), OUT=2 if form.endswith("t") else int(form.endswith("f")))
+                                         SPLIT=form.endswith("s"), OUT=OUT_OF_SUFFIX.get(form[-1], 0))
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
@@ -707,9 +704,10 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     ptx = k.asm["ptx"]
     rep = sm90_report.report(k)
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
-                tma=ptx.count("cp.async.bulk.tensor"), tma_store=ptx.count("cp.async.bulk.tensor.2d.global.shared"), release=ptx.count("red.release.gpu"),
-                acquire=ptx.count("ld.acquire.gpu"), proxy_fence=ptx.count("fence.proxy.async.global"),
-                shared_fence=ptx.count("fence.proxy.async.shared"), setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
+                tma=ptx.count("cp.async.bulk.tensor"), tma_store=ptx.count("cp.async.bulk.tensor.2d.global.shared"),
+                release=ptx.count("red.release.gpu"), acquire=ptx.count("ld.acquire.gpu"),
+                proxy_fence=ptx.count("fence.proxy.async.global"), shared_fence=ptx.count("fence.proxy.async.shared"),
+                setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
                 maxnreg=sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
                 **{key: rep[key] for key in ("spill_stores", "spill_loads", "wgmma_notes")})
 
