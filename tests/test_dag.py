@@ -62,61 +62,6 @@ def test_attention_waits_only_for_the_key_rows_it_reads():
     assert sorted(len(t.waits) for t in attn) == list(range(1, 9))  # causal: query block qb waits for qb + 1 blocks
 
 
-@pytest.mark.parametrize("case, split", [(load_case("case04"), 4), (load_case("case02"), 2), (ODD_CAUSAL, 2),
-                                         (load_case("case03"), 2)], ids=lambda v: getattr(v, "name", str(v)))
-def test_split_attention_graph_is_complete_ordered_and_hazard_free(case, split):
-    """``attn_kv_split``: a query block over ``split`` key blocks or more is two tasks, part 1 over the first half of
-    its key blocks and part 2 over the rest; each waits only for its key rows and q's, both signal the output
-    projection's counters; the pair counters are dense after every other (the kernel computes their ids)."""
-    params = dict(form="ws", attn_kv_split=split) if case.S % 64 == 0 else dict(form="ws", attn_kv_split=split,
-                                                                             block_q=16, block_kv=16)
-    base = _graph(case, 7, **{k: v for k, v in params.items() if k != "attn_kv_split"})
-    g = _graph(case, 7, **params)
-    assert G.topological(g) == [] and G.check_coverage(g) == [] and G.check_hazards(g) == []
-    t = g.tiling
-    nkb = lambda x: -(-((x.c + 1) * t.block_q if case.causal else case.S) // t.block_kv)  # noqa: E731
-    attn0 = [x for x in base.tasks if x.kind == G.ATTN]
-    n_split = sum(nkb(x) >= split for x in attn0)
-    attn = [x for x in g.tasks if x.kind == G.ATTN]
-    assert n_split > 0 and len(attn) == len(attn0) + n_split
-    assert {x.part for x in attn} == {0, 1, 2} if n_split < len(attn0) else {1, 2}
-    pairs = {}
-    for x in attn:
-        assert (x.part == 0) == (nkb(x) < split)
-        if x.part:
-            pairs.setdefault((x.layer, x.a, x.b, x.c), []).append(x)
-    for (l, b, h, qb), xs in pairs.items():
-        p1, p2 = sorted(xs, key=lambda x: x.part)
-        assert [p1.part, p2.part] == [1, 2] and p1.signals == p2.signals
-        kv1 = {a.r0 for a in p1.access[1:2]}, {a.r1 for a in p1.access[1:2]}
-        kv2 = {a.r0 for a in p2.access[1:2]}, {a.r1 for a in p2.access[1:2]}
-        assert kv1[1] == kv2[0]                                  # the halves meet
-        assert len(p1.waits) + len(p2.waits) <= len(next(x for x in attn0 if (x.layer, x.a, x.b, x.c) ==
-                                                         (l, b, h, qb)).waits) + 2   # q's block at most twice
-    first = G.attn_pairs(g)
-    assert first > 0 and G.attn_pairs(base) == 0
-    nq = -(-case.S // t.block_q)
-    assert g.counter_names[first:] == [("pair", l, b, h, q) for l in range(case.L) for b in range(case.B)
-                                       for h in range(case.H) for q in range(nq)]
-    assert all(g.goals[c] == 0 for c in range(first, g.n_counters))
-    tab, _ = host.task_table(g)
-    for i, x in enumerate(g.tasks):
-        assert int(tab[i, 4]) == x.c + x.part * G.ATTN_PART
-    for n in (1, 3, 8):
-        for seed in range(2):
-            assert sim.interleave(g, n, "queue", seed) > 0
-
-
-def test_attn_kv_split_is_form_ws_only_and_at_least_two():
-    c = load_case("case04")
-    with pytest.raises(ParameterError, match="attn_kv_split.*form ws.*attn_kv_split: 0"):
-        _graph(c, attn_kv_split=4)
-    with pytest.raises(ParameterError, match="attn_kv_split=1: 0 .off. or the key blocks"):
-        _graph(c, form="ws", attn_kv_split=1)
-    with pytest.raises(ParameterError, match="attn_kv_split"):
-        host.prepare(load_case("smoke2"), make_weights(load_case("smoke2")), attn_kv_split=2, tune="off")
-
-
 def test_goals_count_the_signals():
     g = _graph(load_case("case03"))
     counts = [0] * g.n_counters

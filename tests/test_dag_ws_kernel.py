@@ -739,32 +739,3 @@ def test_layernorm_rows_one_a_warp_reduce_without_cta_barriers():
     memory and CTA barriers. Case 4's kernel both ways: fewer ``bar.sync``, no spills, no serialized wgmma."""
     on, off = _toggled("LN_ROW_WARPS", r"\bbar\.sync")
     assert on < off, (on, off)
-
-
-_SPLIT_PROBE = """
-import json, re
-import bench.dag.ws_dag as W
-out = {}
-for split in (0, 4):
-    k, case, g, t, mw, dt, sh = W.compile_case("4", params=dict(form="ws", ctas_per_sm=1, split_k_o=2,
-                                                                  attn_kv_split=split))
-    ptx = k.asm["ptx"]
-    out[str(split)] = dict(pair0=mw["PAIR0"], atom=len(re.findall(r"atom\\.acq_rel\\.gpu", ptx)),
-                           attn=g.counts()["attn"], **W._ptxas(ptx))
-print(json.dumps(out))
-"""
-
-
-def test_split_attention_compiles_for_sm90_with_its_pair_arrival():
-    """``attn_kv_split`` (case 4's long causal query blocks in two parts): the kernel compiles for sm_90a with the
-    pair counters' first id as PAIR0 and one ``atom.acq_rel.gpu`` (a part's arrival at its pair); without a split
-    PAIR0 is 0 and the merge is not compiled. Neither way spills or serializes the wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _SPLIT_PROBE], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["0"]["pair0"] == 0 and r["0"]["atom"] == 0
-    assert r["4"]["pair0"] > 0 and r["4"]["atom"] == 1 and r["4"]["attn"] > r["0"]["attn"]
-    for k in ("0", "4"):
-        assert r[k].get("spill_stores") in (0, None) and r[k].get("wgmma_serialized") in (False, None), r

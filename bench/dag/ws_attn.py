@@ -204,9 +204,9 @@ def _consumer(q_hi, q_lo, k_hi, k_lo, v_hi, v_lo, bars, o_hi_ptr, o_lo_ptr, trac
             # key block 0: q·kᵀ and the softmax; its p·v goes out with block 1's q·kᵀ (``_overlap_blocks``)
             mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
             _stamp(trace_ptr, t, 2, TRACE, lay)
-            acc, l_i, m_i = _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty,
-                                            q_empty.index(qs), g, nkv, qk_scale, zero, m_i, l_i, acc, True, CAUSAL,
-                                            STAGES, False, mma, dot, 1)
+            acc, l_i = _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty,
+                                       q_empty.index(qs), g, nkv, qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, False,
+                                       mma, dot, 1)
         else:  # _attn_block's order: q·kᵀ, wait, softmax, rescale, p·v, wait
             for j in range(nkv):
                 cur = (g + j) % STAGES

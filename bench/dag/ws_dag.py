@@ -75,9 +75,7 @@ class WsDag(WsRunner):
         check_supported(p.meta, grid, n_sm)
         n_tasks = len(p.graph.tasks)
         ctr, head = (share.ctr, share.head) if share else (torch.zeros_like(p.ctr), torch.zeros_like(p.head))
-        from kernels.dag.graph import attn_pairs
-        super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace, pair0=attn_pairs(p.graph)), grid, ctr, head,
-                         torch.zeros_like(p.err),
+        super().__init__(p, ws_meta(p.meta, stages=stages, trace=trace), grid, ctr, head, torch.zeros_like(p.err),
                          torch.zeros(*((n_tasks, TRACE_COLS.value) if trace else (1,)), dtype=torch.int64,
                                      device=dev), direct)
         self.spin_limit = p.spin_limit if spin_limit is None else spin_limit
@@ -701,8 +699,7 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
     g = G.build(case, t, o["order"], 264)
     _, width = host.task_table(g, goals=o["wait"] == "parallel")
     meta = host.kernel_meta(case, t, g, o, 264, True, width)
-    mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"], pre=o["ws_pre"],
-                 pair0=G.attn_pairs(g))
+    mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"], pre=o["ws_pre"])
     M, D, L = case.tokens, case.D, case.L
     dt = {"bf16x3": torch.bfloat16, "f16_w1": torch.float16}
     dtypes, shapes = {}, {}

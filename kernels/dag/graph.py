@@ -32,8 +32,6 @@ from ..validate import ParameterError
 KINDS = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2", "lnf")
 LN1, QKV, ATTN, OPROJ, LN2, FFN1, FFN2, LNF = range(len(KINDS))
 SCHEMES = ("bf16x3", "f16_w1")
-ATTN_MERGE_US = 1.5       # cost-model µs a split attention part adds (partial store, pair atomic, merge)
-ATTN_PART = 1 << 12       # the task table's c of an attention part: query block + part * ATTN_PART
 ORDERS = ("critical", "layer")
 
 
@@ -66,7 +64,6 @@ class Tiling:
     split_k_ffn2: int = 1     # K splits of FFN2
     block_q: int = 64         # attention query block
     block_kv: int = 64        # attention key block
-    attn_kv_split: int = 0    # 0: off | n >= 2: a query block over n or more key blocks runs as two tasks (parts)
     scheme_qkv: str = "bf16x3"
     scheme_o: str = "bf16x3"
     scheme_ffn1: str = "bf16x3"
@@ -94,7 +91,6 @@ class Task:
     a: int                    # ln*: LN row block | qkv/oproj/ffn*: row block m | attn: batch
     b: int = 0                # qkv/oproj/ffn*: column tile n | attn: head
     c: int = 0                # oproj/ffn2: K split s | attn: query block
-    part: int = 0             # attn: 0 the whole key range | 1 its first half | 2 the rest (``attn_kv_split``)
     waits: tuple = ()         # counter ids to wait for
     signals: tuple = ()       # counter ids to add 1 to when done
     cost: float = 0.0         # estimated µs on one SM
@@ -103,8 +99,7 @@ class Task:
 
     @property
     def name(self) -> str:
-        part = f"p{self.part}" if self.part else ""
-        return f"{KINDS[self.kind]}[l{self.layer}]({self.a},{self.b},{self.c}){part}"
+        return f"{KINDS[self.kind]}[l{self.layer}]({self.a},{self.b},{self.c})"
 
 
 @dataclass
@@ -183,9 +178,6 @@ def check_tiling(case: Case, t: Tiling) -> None:
     if t.block_m % t.block_m_ln:
         raise TilingError(f"dag: block_m_ln={t.block_m_ln} must divide block_m={t.block_m} (LayerNorm tasks "
                           "signal the row block they lie in); lower block_m_ln")
-    if not isinstance(t.attn_kv_split, int) or t.attn_kv_split == 1 or t.attn_kv_split < 0:
-        raise TilingError(f"dag: attn_kv_split={t.attn_kv_split!r}: 0 (off) or the key blocks (>= 2) from which a "
-                          "query block's attention runs as two tasks")
     for n in ("split_k_o", "split_k_ffn2"):
         v = getattr(t, n)
         if not isinstance(v, int) or v < 1:
@@ -286,37 +278,24 @@ class _Builder:
 
     def attn(self, l: int):
         """Attention tasks: wait for the key rows they read (causal: up to their query block) of their head group;
-        signal the output projection's K chunks their head lies in. With ``attn_kv_split`` a query block over that
-        many key blocks or more is two tasks: part 1 the first half of its key blocks, part 2 the rest; each waits
-        for its own key rows and q's, stores its partial softmax state, and the one that finishes second (a per-pair
-        atomic at run time, ``attn_pairs``) merges both into the output. Both signal the output projection's
-        counters, so it waits for both. The model: part 1 writes the partial buffer, part 2 the output (which part
-        merges is decided at run time, ordered by the pair's atomic, not by a counter)."""
+        signal the output projection's K chunks their head lies in."""
         c, t, D, dh, S, ctr = self.case, self.t, self.D, self.dh, self.case.S, self.ctr
         for b in range(c.B):
             for h in range(c.H):
                 for qb in range(_ceil(S, t.block_q)):
                     q0, q1 = b * S + qb * t.block_q, b * S + min(S, (qb + 1) * t.block_q)
                     kend = b * S + (min(S, (qb + 1) * t.block_q) if c.causal else S)
-                    nkb = _ceil(kend - b * S, t.block_kv)
-                    split = t.attn_kv_split >= 2 and nkb >= t.attn_kv_split
-                    half = b * S + (nkb // 2) * t.block_kv
-                    parts = ((1, b * S, half), (2, half, kend)) if split else ((0, b * S, kend),)
+                    waits = tuple(ctr.id("qkv", l, m, h // self.hg) for m in self.blocks(b * S, kend))
                     chunks = range((h * dh) // self.kc_o, _ceil((h + 1) * dh, self.kc_o))
-                    for part, k0, k1 in parts:
-                        rows = sorted(set(self.blocks(k0, k1)) | set(self.blocks(q0, q1)))
-                        waits = tuple(ctr.id("qkv", l, m, h // self.hg) for m in rows)
-                        sigs = ctr.signal([("attn", l, m, k) for m in self.blocks(q0, q1) for k in chunks])
-                        nk = k1 - k0
-                        cost = t.cost.task_us + 2.0 * 2 * (q1 - q0) * nk * dh * 3 / (t.cost.tflops * 1e6) \
-                            + 2 * nk * dh * 4 / (t.cost.gbs * 1e3) + (ATTN_MERGE_US if split else 0.0)
-                        out = (Access("attp", l, q0, q1, h * dh, (h + 1) * dh, "w") if part == 1 else
-                               Access("attn", 0, q0, q1, h * dh, (h + 1) * dh, "w"))
-                        acc = (Access("qkv", l, q0, q1, h * dh, (h + 1) * dh, "r"),
-                               Access("qkv", l, k0, k1, D + h * dh, D + (h + 1) * dh, "r"),
-                               Access("qkv", l, k0, k1, 2 * D + h * dh, 2 * D + (h + 1) * dh, "r"), out)
-                        self.tasks.append(Task(ATTN, l, b, h, qb, waits=waits, signals=sigs, cost=cost, access=acc,
-                                               part=part))
+                    sigs = ctr.signal([("attn", l, m, k) for m in self.blocks(q0, q1) for k in chunks])
+                    nk = kend - b * S
+                    cost = t.cost.task_us + 2.0 * 2 * (q1 - q0) * nk * dh * 3 / (t.cost.tflops * 1e6) \
+                        + 2 * nk * dh * 4 / (t.cost.gbs * 1e3)
+                    acc = (Access("qkv", l, q0, q1, h * dh, (h + 1) * dh, "r"),
+                           Access("qkv", l, b * S, kend, D + h * dh, D + (h + 1) * dh, "r"),
+                           Access("qkv", l, b * S, kend, 2 * D + h * dh, 2 * D + (h + 1) * dh, "r"),
+                           Access("attn", 0, q0, q1, h * dh, (h + 1) * dh, "w"))
+                    self.tasks.append(Task(ATTN, l, b, h, qb, waits=waits, signals=sigs, cost=cost, access=acc))
 
     def ffn1(self, l: int):
         """FFN1 tiles: wait for LN2 of their row block, signal FFN2's K chunks their columns lie in."""
@@ -373,9 +352,6 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
         bld.residual(FFN2, l)
     bld.ln(LNF, case.L - 1, ("f2", case.L - 1), "r", "y", None)
     tasks, ctr = bld.tasks, bld.ctr
-    if any(tk.part for tk in tasks):   # the pairs' arrival counters, after every other: attn_pairs
-        for key in _pair_keys(case, tiling):
-            ctr.id(*key)
     for i, tk in enumerate(tasks):
         tk.seq = i
     for tk in tasks:  # every counter a task waits for has producers (else it would wait forever)
@@ -388,21 +364,6 @@ def build(case: Case, tiling: Tiling, order: str = "critical", n_programs: int =
     g = Graph(case, tiling, [tasks[i] for i in perm], ctr.goals, ctr.names, order)
     g.producers = _producer_lists(g.tasks, len(ctr.goals))
     return g
-
-
-def _pair_keys(case: Case, t: Tiling) -> list:
-    """One arrival counter per (layer, batch, head, query block), dense in that order (the kernel computes a pair's
-    counter as the first one's id + its index): a split pair's two parts each add 1, so the part that reads an odd
-    count finishes second and merges; nothing waits on these counters (goal 0)."""
-    nq = _ceil(case.S, t.block_q)
-    return [("pair", l, b, h, q) for l in range(case.L) for b in range(case.B) for h in range(case.H)
-            for q in range(nq)]
-
-
-def attn_pairs(g: Graph) -> int:
-    """The id of the first pair counter (``_pair_keys``), or 0 when no attention task is split."""
-    first = ("pair", 0, 0, 0, 0)
-    return g.counter_names.index(first) if first in g.counter_names else 0
 
 
 def _producer_lists(tasks: list, n_counters: int) -> list:
@@ -517,7 +478,7 @@ def check_coverage(g: Graph) -> list[str]:
     c = g.case
     M, D, F = c.tokens, c.D, 4 * c.D
     out = []
-    keys = [(t.kind, t.layer, t.a, t.b, t.c, t.part) for t in g.tasks]
+    keys = [(t.kind, t.layer, t.a, t.b, t.c) for t in g.tasks]
     if len(set(keys)) != len(keys):
         out.append(f"{len(keys) - len(set(keys))} duplicated tasks")
     want = {"ln1": M * D, "qkv": M * 3 * D, "attn": M * D, "oproj": M * D * D, "ln2": M * D, "ffn1": M * F,
@@ -533,9 +494,8 @@ def check_coverage(g: Graph) -> list[str]:
                 ac = next(a for a in t.access if a.mode == "a")
                 got[k] += (ac.r1 - ac.r0) * (ac.c1 - ac.c0) * (rd.c1 - rd.c0)
             else:
-                wr = next((a for a in t.access if a.mode == "w" and a.buf not in ("r", "attp")), None)
-                if wr is not None:   # (an attention part 1 writes only the partial buffer)
-                    got[k] += (wr.r1 - wr.r0) * (wr.c1 - wr.c0)
+                wr = next(a for a in t.access if a.mode == "w" and a.buf != "r")
+                got[k] += (wr.r1 - wr.r0) * (wr.c1 - wr.c0)
         out += [f"layer {l} {k}: covers {got[k]} of {want[k]} elements" for k in want if got[k] != want[k]]
     lnf = sum((a.r1 - a.r0) * (a.c1 - a.c0) for t in g.tasks if t.kind == LNF for a in t.access if a.buf == "y")
     if lnf != M * D:
@@ -543,7 +503,7 @@ def check_coverage(g: Graph) -> list[str]:
     # no overlap inside a written stage: every writer's rectangles are disjoint (the counts above then suffice)
     for (k, l) in {(t.kind, t.layer) for t in g.tasks}:
         rects = [a for t in g.tasks if t.kind == k and t.layer == l for a in t.access
-                 if a.mode == "w" and a.buf not in ("r", "attp")]
+                 if a.mode == "w" and a.buf not in ("r",)]
         cells = set()
         for a in rects:
             for r in range(a.r0, a.r1):

@@ -32,7 +32,7 @@ CHOICES = dict(scheme_qkv=G.SCHEMES, scheme_o=G.SCHEMES, scheme_ffn1=G.SCHEMES, 
                cost_model=tuple(G.COST_MODELS), wait=("serial", "parallel"), form=FORMS)
 INTS = ("num_warps", "num_stages", "ctas_per_sm", "grid", "block_m", "block_m_ln", "ln_chunk", "block_k", "block_n_qkv",
         "block_n_o", "block_n_ffn1", "block_n_ffn2", "block_q", "block_kv", "spin_limit", "attn_stages", "ws_stages",
-        "ws_consumers", "ws_pre", "attn_kv_split")
+        "ws_consumers", "ws_pre")
 
 
 DEFAULTS = variant_params("dag")  # config/variant/dag.yaml: the one place defaults live
@@ -81,12 +81,6 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: ws_pre={o['ws_pre']}: 1 to ws_stages ({o['ws_stages']}) (form ws: weight steps a "
                              "GEMM task's loader claims before its dependency wait, at most the ring's slots): set "
                              f"ws_pre: {o['ws_stages']} or less, or more ws_stages")
-    if o["attn_kv_split"] == 1:
-        raise ParameterError("dag: attn_kv_split=1: 0 (off) or the key blocks (2 or more) from which a query block's "
-                             "attention runs as two tasks")
-    if o["attn_kv_split"] and o["form"] != "ws":
-        raise ParameterError(f"dag: attn_kv_split={o['attn_kv_split']} is implemented by form ws only (its consumer "
-                             "merges the two parts): set form: ws or attn_kv_split: 0")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o
@@ -123,7 +117,6 @@ def tiling_for(case: Case, o: dict, programs: int) -> G.Tiling:
                     block_n_qkv=_clamp(o["block_n_qkv"], 3 * D), block_n_o=bn_o,
                     block_n_ffn1=_clamp(o["block_n_ffn1"], 4 * D), block_n_ffn2=bn_f2, split_k_o=so, split_k_ffn2=sf,
                     block_q=_clamp(o["block_q"], case.S), block_kv=_clamp(o["block_kv"], case.S),
-                    attn_kv_split=o["attn_kv_split"],
                     scheme_qkv=o["scheme_qkv"], scheme_o=o["scheme_o"], scheme_ffn1=o["scheme_ffn1"],
                     scheme_ffn2=o["scheme_ffn2"], cost=G.COST_MODELS[o["cost_model"]])
 
@@ -155,8 +148,7 @@ def graph_for(case: Case, n_programs: int = 132, cost: G.Cost | None = None, **p
 
 
 def task_table(g: G.Graph, goals: bool = False) -> tuple[torch.Tensor, int]:
-    """[tasks, TASK_HEADER + MAX_WAITS + MAX_SIGNALS (+ MAX_WAITS)] int32 rows in queue order: kind, layer, a, b, c
-    (an attention part's: its query block + part x ``G.ATTN_PART``),
+    """[tasks, TASK_HEADER + MAX_WAITS + MAX_SIGNALS (+ MAX_WAITS)] int32 rows in queue order: kind, layer, a, b, c,
     number of waits, number of signals, 0, the wait counter ids (padded with the dummy counter 0), the signal ids;
     with ``goals`` (``wait: parallel``, which reads them with the ids in one round trip) the wait counters' goals
     (padded with 0, the dummy's)."""
@@ -166,7 +158,7 @@ def task_table(g: G.Graph, goals: bool = False) -> tuple[torch.Tensor, int]:
     for t in g.tasks:
         w = list(t.waits) + [0] * (mw - len(t.waits))
         s = list(t.signals) + [0] * (ms - len(t.signals))
-        rows.append([t.kind, t.layer, t.a, t.b, t.c + t.part * G.ATTN_PART, len(t.waits), len(t.signals), 0] + w + s
+        rows.append([t.kind, t.layer, t.a, t.b, t.c, len(t.waits), len(t.signals), 0] + w + s
                     + ([g.goals[c] for c in w] if goals else []))
     return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), width), width
 
@@ -242,15 +234,10 @@ def _part_dtype(scheme: str, gpu: bool) -> torch.dtype:
 
 
 def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
-    """Scratch: the residual stream and every split A operand (one q|k|v copy per layer); with ``attn_kv_split`` the
-    attention parts' partial states (``attp_ptr``: per layer, batch, head, query block and part, o / l as [block_q,
-    dh] fp32, then m and l as [block_q] each; else one element)."""
+    """Scratch: the residual stream and every split A operand (one q|k|v copy per layer)."""
     B, S, D, H, L = case.B, case.S, case.D, case.H, case.L
     M = B * S
-    nq = -(-S // t.block_q)
-    attp = L * B * H * nq * 2 * (t.block_q * case.dh + 2 * t.block_q) if t.attn_kv_split else 1
-    out = dict(r_ptr=torch.empty(M, D, device=dev, dtype=torch.float32),
-               attp_ptr=torch.empty(attp, device=dev, dtype=torch.float32))
+    out = dict(r_ptr=torch.empty(M, D, device=dev, dtype=torch.float32))
     for name, shape, scheme in (("ln1", (M, D), t.scheme_qkv), ("qkv", (L, 3, B, H, S, case.dh), "bf16x3"),
                                 ("att", (M, D), t.scheme_o), ("ln2", (M, D), t.scheme_ffn1),
                                 ("f", (4, M, D), t.scheme_ffn2)):
@@ -440,8 +427,7 @@ def _prepare_ws(p: DagPrepared, n_sm: int, programs: int) -> None:
     from .ws_kernel import WsRunner, check_supported, ws_meta
     o = p.params
     check_supported(p.meta, p.grid, n_sm)
-    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"], pre=o["ws_pre"],
-                   pair0=G.attn_pairs(p.graph))
+    meta = ws_meta(p.meta, stages=o["ws_stages"], trace=o["trace"], consumers=o["ws_consumers"], pre=o["ws_pre"])
     r = WsRunner(p, meta, p.grid, p.ctr, p.head, p.err, p.trace)
     p.kernel = r.compile()
     p.info.update(r.check_shared())

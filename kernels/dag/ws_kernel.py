@@ -128,7 +128,6 @@ from ..cases import variant_params
 from ..common import task_sync
 from ..common.tl_helpers import GELU_Q0, GELU_Q1, GELU_Q2, GELU_Q3, GELU_Q4, GELU_Q5  # log2 Phi(-u): the one fit
 from ..registry import Unsupported
-from .graph import ATTN_PART as _ATTN_PART
 from .kernel import TRACE_COLS   # the trace's row width, one for both forms
 from ..validate import ParameterError
 
@@ -148,11 +147,6 @@ _FENCE_PROXY = gl.constexpr("fence.proxy.async.global;\n\tmov.b32 $0, 0;")
 _NOW = gl.constexpr("mov.u64 $0, %globaltimer;")
 _SMID = gl.constexpr("mov.u32 $0, %smid;")
 _EX2 = gl.constexpr("ex2.approx.ftz.f32 $0, $1;")
-# the lanes with $2 != 0 add 1 to their counter ($1) with an acquire-release atomic (gpu scope) and return the value
-# it held in $0 (0 elsewhere): a split attention part's arrival at its pair (``_attn_merge``)
-_ARRIVE = gl.constexpr("{ .reg .pred p; setp.ne.s32 p, $2, 0;\n\tmov.b32 $0, 0;\n\t"
-                       "@p atom.acq_rel.gpu.global.add.u32 $0, [$1], 1; }")
-ATTN_PART = gl.constexpr(_ATTN_PART)   # an attention part's task-table c: query block + part x ATTN_PART
 
 
 
@@ -198,8 +192,8 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
-                    zero, m_i, l_i, acc, last_diag, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                    KV_ONE_BARRIER: gl.constexpr, mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr):
+                    zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -207,17 +201,15 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     is released after its q·kᵀ (``k_empty``), its v after its p·v (``v_empty``). KV_ONE_BARRIER: k and v of a slot
     land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
     V_SLOT: slot s's v tiles are ``v_hi`` / ``v_lo`` index s * V_SLOT (1: their own [STAGES, 64, 64] rings; the dag
-    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes). ``last_diag``:
-    the last block is the query block's own (causal: masked past the diagonal); false for a split attention's
-    first part, which ends before it.
-    Starts from the running state (m_i, l_i, acc); returns (acc, l_i, m_i)."""
+    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes).
+    Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
     slot = g % STAGES
     s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
     s = warpgroup_mma_wait(0, deps=(s, ))
     if not KV_ONE_BARRIER:
         mbarrier.arrive(k_empty.index(slot))
     mbarrier.arrive(q_empty, pred=nkv == 1)
-    m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, (nkv == 1) & last_diag, CAUSAL, mma, dot)
+    m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot)
     for j in range(1, nkv):
         cur = (g + j) % STAGES
         prev = (g + j - 1) % STAGES
@@ -230,8 +222,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         if not KV_ONE_BARRIER:
             mbarrier.arrive(k_empty.index(cur))
         mbarrier.arrive(q_empty, pred=j == nkv - 1)
-        m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, (j == nkv - 1) & last_diag, CAUSAL, mma,
-                                                 dot)
+        m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot)
         acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))  # block j - 1's p·v done
         mbarrier.arrive(v_empty.index(prev))
         acc = acc * alpha[:, None]
@@ -243,7 +234,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     acc = _pv3(p_hi, p_lo, v_hi.index(last * V_SLOT), v_lo.index(last * V_SLOT), acc)
     acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))
     mbarrier.arrive(v_empty.index(last))
-    return acc, l_i, m_i
+    return acc, l_i
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -426,32 +417,12 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
 
 
 @gluon.jit
-def _kv_range(qb, part, S: gl.constexpr, CAUSAL: gl.constexpr):
-    """(first key block, key blocks) of attention part ``part`` of query block ``qb``: 0 every key block the query
-    block sees (causal: up to its own), 1 the first half of them, 2 the rest (graph.py ``attn``, ``attn_kv_split``)."""
-    if CAUSAL:
-        kv_end = gl.minimum((qb + 1) * T64, S)
-    else:
-        kv_end = qb * 0 + S
-    n = (kv_end + T64 - 1) // T64
-    j0 = gl.where(part == 2, n // 2, 0)
-    j1 = gl.where(part == 1, n // 2, n)
-    return j0, j1 - j0
-
-
-@gluon.jit
-def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, c,
+def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb,
                 B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                BN: gl.constexpr, PAIR0: gl.constexpr):
-    """Attention task (layer l, batch b, head h, c = query block qb + part x ATTN_PART): q hi/lo into the q buffer
-    (once the consumer is done with the previous attention task's), then k hi/lo and v hi/lo of each key block of
-    the part's range (``_kv_range``) into one ring slot (v in the first 64 × 64 tile of the slot's W part:
-    ``_w_views``)."""
-    qb = c
-    part = c * 0
-    if PAIR0 > 0:   # split attention tasks exist (``attn_kv_split``)
-        qb = c % ATTN_PART
-        part = c // ATTN_PART
+                BN: gl.constexpr):
+    """Attention task (layer l, batch b, head h, query block qb): q hi/lo into the q buffer (once the consumer is
+    done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot (v in
+    the first 64 × 64 tile of the slot's W part: ``_w_views``)."""
     a_hi, a_lo, w_hi, w_lo = ring
     VS: gl.constexpr = BN // T64
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
@@ -462,9 +433,13 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
     mbarrier.expect(q_ready, 2 * T64 * T64 * 2)
     tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], q_ready, q_hi)
     tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * T64, 0], q_ready, q_lo)
-    j0, nkv = _kv_range(qb, part, S, CAUSAL)
-    krow = qrow + BHS + j0 * T64
-    vrow = qrow + 2 * BHS + j0 * T64
+    if CAUSAL:
+        kv_end = gl.minimum((qb + 1) * T64, S)
+    else:
+        kv_end = qb * 0 + S
+    nkv = (kv_end + T64 - 1) // T64
+    krow = qrow + BHS
+    vrow = qrow + 2 * BHS
     for j in range(nkv):
         slot = _claim(ready, empty, g + j, 4 * T64 * T64 * 2, STAGES)
         tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot))
@@ -503,7 +478,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr, PAIR0: gl.constexpr):
+            PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -573,7 +548,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             na = na0 + (na1 - na0) * cid
             g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
                             q_ready.index(cid), q_empty.index(cid), g, na, l, a, b, c, B, S, H, CAUSAL, STAGES,
-                            RING_N, PAIR0)
+                            RING_N)
             na0 += 1 - cid
             na1 += cid
         i += 1
@@ -816,10 +791,9 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 
 
 @gluon.jit
-def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, c, att_hi_ptr, att_lo_ptr, attp_ptr,
-               ctr_ptr, qk_scale, B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr,
-               CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-               PAIR0: gl.constexpr, mma: gl.constexpr, out: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
+def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
+               B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
+               STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -830,79 +804,32 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, c, a
     on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
     alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
     freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2); with 128-wide GEMM tiles
-    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too).
-    c = qb + part x ATTN_PART: part 0 the whole key range; parts 1 and 2 (``attn_kv_split``, PAIR0 > 0: the first
-    pair counter) the two halves of it (``_kv_range``), merged by whichever finishes second (``_attn_merge``)."""
+    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too)."""
     a_hi, a_lo, w_hi, w_lo = ring
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     q_hi, q_lo = q_buf
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
-    qb = c
-    part = c * 0
-    if PAIR0 > 0:   # (no split task: the key loop as before the split existed, the same binary)
-        qb = c % ATTN_PART
-        part = c // ATTN_PART
     mbarrier.wait(q_ready, na & 1)
-    j0, nkv = _kv_range(qb, part, S, CAUSAL)
+    if CAUSAL:
+        kv_end = gl.minimum((qb + 1) * T64, S)
+    else:
+        kv_end = qb * 0 + S
+    nkv = (kv_end + T64 - 1) // T64
     m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
     l_i = gl.zeros([T64], gl.float32, layout=row_l)
     acc = gl.zeros([T64, T64], gl.float32, layout=mma)
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
-    acc, l_i, m_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
-                                    qk_scale, zero, m_i, l_i, acc, part != 1, CAUSAL, STAGES, True, mma, dot_a,
-                                    BN // T64)
+    acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64)
     o = acc / l_i[:, None]
-    merged = part == 0
-    if PAIR0 > 0:
-        if part > 0:
-            o, merged = _attn_merge(o, m_i, l_i, attp_ptr, ctr_ptr, ((l * B + b) * H + h) * (S // T64) + qb, part,
-                                    PAIR0, mma, lay, NT)
-    if merged:
-        rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
-        cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
-        qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
-        _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :],
-                     o, SCHEME_O, out)
+    rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
+    cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
+    qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
+    _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
+                 SCHEME_O, out)
     return g + nkv
-
-
-@gluon.jit
-def _attn_merge(o, m_i, l_i, attp_ptr, ctr_ptr, pair, part, PAIR0: gl.constexpr, mma: gl.constexpr,
-                lay: gl.constexpr, NT: gl.constexpr):
-    """A split attention part's end: its normalized output ``o`` and its softmax state (m, l: log2 domain, as
-    ``_softmax``) into its partial slot (``host._buffers``' attp: [pair, part - 1] of o [64, 64], m [64], l [64]
-    fp32), a barrier of the consumer's threads, then one thread's ``atom.acq_rel.gpu`` add of 1 on the pair's
-    counter (PAIR0 + pair): an odd count read back means the other part has arrived — its slot is complete and
-    visible (its stores, barrier, release; this acquire, then a barrier before any thread's ``.cg`` loads: the
-    protocol of the dependency waits, the module docstring's point 1) — and this part merges: m = max(m1, m2),
-    w_k = l_k·2^(m_k − m), o = (o1·w1 + o2·w2) / (w1 + w2). Returns (o, whether this part merged). Each part adds 1
-    a launch, so the count is even at a launch's start (the host zeroes counters only between launches)."""
-    PSZ: gl.constexpr = T64 * T64 + 2 * T64
-    rows = gl.arange(0, T64, layout=gl.SliceLayout(1, mma))
-    cols = gl.arange(0, T64, layout=gl.SliceLayout(0, mma))
-    offs = rows[:, None] * T64 + cols[None, :]
-    mine = attp_ptr + (pair * 2 + part - 1).to(gl.int64) * PSZ
-    other = attp_ptr + (pair * 2 + 2 - part).to(gl.int64) * PSZ
-    gl.store(mine + offs, o)
-    gl.store(mine + T64 * T64 + rows, m_i)
-    gl.store(mine + T64 * T64 + T64 + rows, l_i)
-    gl.thread_barrier()
-    lane = gl.arange(0, NT, layout=lay)
-    old = gl.inline_asm_elementwise(_ARRIVE, "=r,l,r", [ctr_ptr + PAIR0 + pair + lane * 0, (lane == 0).to(gl.int32)],
-                                    dtype=gl.int32, is_pure=False, pack=1)
-    second = (gl.max(old, axis=0) & 1) == 1
-    gl.thread_barrier()
-    if second:
-        o2 = gl.load(other + offs, cache_modifier=".cg")
-        m2 = gl.load(other + T64 * T64 + rows, cache_modifier=".cg")
-        l2 = gl.load(other + T64 * T64 + T64 + rows, cache_modifier=".cg")
-        m = gl.maximum(m_i, m2)
-        w1 = l_i * gl.exp2(m_i - m)
-        w2 = l2 * gl.exp2(m2 - m)
-        o = (o * w1[:, None] + o2 * w2[:, None]) / (w1 + w2)[:, None]
-    return o, second
 
 
 @gluon.jit
@@ -960,13 +887,13 @@ def _consumer(smem, bufs, qk_scale,
               SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-              PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PAIR0: gl.constexpr, num_warps: gl.constexpr,
+              PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
               CID: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
      ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-     lnfw_ptr, lnfb_ptr, attp_ptr, ctr_ptr, trace_ptr) = bufs
+     lnfw_ptr, lnfb_ptr, trace_ptr) = bufs
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -996,8 +923,7 @@ def _consumer(smem, bufs, qk_scale,
                      SCHEME_QKV, SCHEME_FFN1, lnl)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           attp_ptr, ctr_ptr, qk_scale, B, S, D, H, CAUSAL, SCHEME_O, STAGES, RING_N, PAIR0, mma, out,
-                           lay, NT)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
@@ -1063,7 +989,7 @@ def dag_ws_fwd(
     qkv_hi_d, qkv_lo_d,                                                           # q|k|v [L*3*B*H*S, 64]
     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
-    ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, attp_ptr,
+    ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr,
     tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
@@ -1074,8 +1000,7 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, PAIR0: gl.constexpr,
-    num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1117,18 +1042,18 @@ def dag_ws_fwd(
     smem = (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free)
     bufs = (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
             ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-            lnfw_ptr, lnfb_ptr, attp_ptr, ctr_ptr, trace_ptr)
+            lnfw_ptr, lnfb_ptr, trace_ptr)
     # (Gluon takes the partitions as a list literal of (function, arguments): one list per consumer count)
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, PAIR0, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, PAIR0)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
@@ -1136,15 +1061,15 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, PAIR0, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, PAIR0, num_warps, 1)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, PAIR0)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1280,12 +1205,11 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
 
 
 def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consumers: int = 1,
-            pre: int = PRE_DEFAULT, pair0: int = 0) -> dict:
+            pre: int = PRE_DEFAULT) -> dict:
     """The WS kernel's constexprs from today's ``kernel_meta`` (``DagPrepared.meta``); ``BLOCK_N`` the output
     projection's and the FFN's tile width (``check_supported``: one for the three), ``BLOCK_N_QKV`` QKV's, ``RING_N``
     the weight ring's (the wider), ``stages`` checked against shared memory at it and the
-    ``consumers`` warpgroups (``ws_consumers``: 1 or 2), whose partitions' registers are ``REGS[consumers]``;
-    ``pair0`` the first pair counter of split attention tasks (``graph.attn_pairs``; 0: none, the merge not compiled)."""
+    ``consumers`` warpgroups (``ws_consumers``: 1 or 2), whose partitions' registers are ``REGS[consumers]``."""
     check_supported(meta)
     block_n = meta["SITE_BLOCK_N"][meta["SITE_O"]]
     block_n_qkv = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
@@ -1309,7 +1233,6 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
-                PAIR0=int(pair0),       # the first pair counter of split attention tasks (0: none; attn_kv_split)
                 num_warps=4)
 
 
@@ -1339,7 +1262,7 @@ def descriptors(tensors: dict) -> list:
 
 POINTERS = ("x_ptr", "y_ptr", "r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr",
             "att_lo_ptr", "ln2_hi_ptr", "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr", "ln1w_ptr", "ln1b_ptr", "bqkv_ptr",
-            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr", "attp_ptr")
+            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr")
 CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr")
 SCALARS = ("n_tasks", "epoch", "spin_limit", "qk_scale")
 CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + len(POINTERS) + len(CONTROL)
