@@ -691,6 +691,23 @@ def test_phase_profile_splits_a_task_into_its_phases():
         W.phase_profile(trace[:, :5], [[], [0]], ["qkv", "ln1"])
 
 
+def test_idle_profile_splits_idle_time_by_whether_work_was_ready():
+    """``bench.dag.ws_dag.idle_profile`` on a hand-made trace (ns): program 0 runs task 0 over [0, 1000) and releases
+    it at 1100; program 1 runs task 1 over [0, 2000), then task 2 (task 0's dependant), whose ticket it takes only at
+    2000, over [2000, 3000). Program 0 is idle from 1000 to 3000; task 2 is ready from 1100 (no lag) and unticketed
+    until 2000, so 0.9 µs of that idle time had ready work (of 6 µs of capacity: 0.15) and 1.1 µs had none."""
+    P1 = 1 << 16
+    trace = torch.tensor([[0, 0, 1100, 0, 1000, 0, 0, 0],
+                          [0, 0, 2100, P1, 2000, 0, 0, 0],
+                          [2000, 2000, 3100, P1, 3000, 0, 0, 0]], dtype=torch.int64)
+    r = W.idle_profile(trace, [[], [], [0]], lag_us=0.0, bin_us=0.1)
+    assert (r["busy"], r["idle"], r["idle_with_ready"]) == (0.667, 0.333, 0.15)
+    assert (r["idle_with_ready_unticketed"], r["idle_with_ready_ticketed"], r["idle_nothing_ready"]) == (0.15, 0.0, 0.183)
+    assert r["ready_mean"] == 0.3
+    late = W.idle_profile(trace, [[], [], [0]], lag_us=1.0, bin_us=0.1)   # ready only from 2100: after its start
+    assert late["idle_with_ready"] == 0.0 and late["idle_nothing_ready"] == 0.333
+
+
 _TOGGLE_PROBE = """
 import json, re, sys
 from bench.dag import ws_dag as W

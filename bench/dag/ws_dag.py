@@ -435,6 +435,7 @@ def run_case(case_id: str, args, recs: list) -> None:
         rec["consumer"] = consumer_profile(trace, kinds)
         rec["links"] = link_profile(trace, p.graph.producers, kinds)
         rec["phases"] = phase_profile(trace, p.graph.producers, kinds)
+        rec["idle"] = idle_profile(trace, p.graph.producers)
         pt = host.prepare(case, w, **dict(params, trace=True))
         for _ in range(2):
             host.run(pt, x)
@@ -528,6 +529,68 @@ def consumer_profile(trace, kinds: list, kernel_t0: float | None = None) -> dict
                 idle_dep_us=idle / n / 1e3,
                 kinds={k: dict(n=len(v), consumer_mean_us=round(sum(v) / len(v) / 1e3, 3),
                                consumer_total_us=round(sum(v) / 1e3, 1)) for k, v in per.items()})
+
+
+def idle_profile(trace, producers: list, lag_us: float = 1.0, bin_us: float = 0.25) -> dict:
+    """Whether form ws's idle consumers had work they could have run, from the trace's stamps (ns; 0 the loader's
+    ticket, 1 its counters complete, 2 the signaller's release issued, 3 program << 16 | SM, 4 the consumer's work
+    done). A consumer is busy over its tasks' consumer time (``consumer_profile``: from max(its previous task's done,
+    the task's counters complete) to the task's done). A task is *ready* from ``lag_us`` after its last producer's
+    release (the kernel's start when it has none; the lag stands for the poll and the first data, which no schedule
+    avoids) until its consumer time starts. At each ``bin_us`` step of the launch: idle consumers I, ready tasks R,
+    and min(I, R) — the idle consumers a schedule could have given ready work at that moment. Returns, as shares of
+    the launch's consumer time (programs x kernel): ``busy``, ``idle``, ``idle_with_ready`` (the schedule's share of
+    the idle time: min(I, R) summed), split by whether those ready tasks' tickets were not yet taken
+    (``..._unticketed``: the queue had not reached them) or taken by a program still busy with an earlier task
+    (``..._ticketed``); ``idle_nothing_ready`` the rest (the dependency chain's share); and ``ready_mean`` the mean
+    number of ready tasks. An upper bound on what reordering could recover: a ready task needs a whole idle consumer
+    for its duration, which one bin does not check."""
+    import bisect
+    t = _float_trace(trace).tolist()
+    n = len(t)
+    t0 = min(r[0] for r in t)
+    end = max(r[4] for r in t)
+    by: dict = {}
+    for i, r in enumerate(t):
+        by.setdefault(int(r[3]) >> 16, []).append(i)
+    start = [0.0] * n
+    for idx in by.values():
+        idx.sort(key=lambda i: t[i][4])
+        prev = None
+        for i in idx:
+            start[i] = t[i][1] if prev is None else max(prev, t[i][1])
+            prev = t[i][4]
+    lag = lag_us * 1e3
+    ready = [(max(t[j][2] for j in producers[i]) if producers[i] else t0) + lag for i in range(n)]
+
+    def counter(iv):
+        s0 = sorted(a for a, b in iv if b > a)
+        s1 = sorted(b for a, b in iv if b > a)
+        return lambda x: bisect.bisect_right(s0, x) - bisect.bisect_right(s1, x)
+    busy = counter([(start[i], t[i][4]) for i in range(n)])
+    rdy = counter([(ready[i], start[i]) for i in range(n)])
+    unt = counter([(ready[i], min(start[i], t[i][0])) for i in range(n)])
+    progs = len(by)
+    step = bin_us * 1e3
+    steps = max(1, int((end - t0) // step))
+    acc = dict(busy=0.0, idle=0.0, ready=0.0, with_ready=0.0, unticketed=0.0)
+    for k in range(steps):
+        x = t0 + (k + 0.5) * step
+        b, r, u = busy(x), rdy(x), unt(x)
+        idle = max(0, progs - b)
+        use = min(idle, r)
+        acc["busy"] += b
+        acc["idle"] += idle
+        acc["ready"] += r
+        acc["with_ready"] += use
+        acc["unticketed"] += min(use, u)
+    cap = progs * steps
+    return dict(lag_us=lag_us, busy=round(acc["busy"] / cap, 3), idle=round(acc["idle"] / cap, 3),
+                idle_with_ready=round(acc["with_ready"] / cap, 3),
+                idle_with_ready_unticketed=round(acc["unticketed"] / cap, 3),
+                idle_with_ready_ticketed=round((acc["with_ready"] - acc["unticketed"]) / cap, 3),
+                idle_nothing_ready=round((acc["idle"] - acc["with_ready"]) / cap, 3),
+                ready_mean=round(acc["ready"] / steps, 1))
 
 
 def link_profile(trace, producers: list, kinds: list) -> dict:
