@@ -147,10 +147,6 @@ _FENCE_PROXY = gl.constexpr("fence.proxy.async.global;\n\tmov.b32 $0, 0;")
 _NOW = gl.constexpr("mov.u64 $0, %globaltimer;")
 _SMID = gl.constexpr("mov.u32 $0, %smid;")
 _EX2 = gl.constexpr("ex2.approx.ftz.f32 $0, $1;")
-# lane 0 ($2 != 0) adds 1 to the queue head ($1), relaxed, and returns the ticket in $0 (0 elsewhere): the value is
-# waited for only where it is used (TICKET_EARLY)
-_TICKET = gl.constexpr("{ .reg .pred p; setp.ne.s32 p, $2, 0;\n\tmov.b32 $0, 0;\n\t"
-                       "@p atom.relaxed.gpu.global.add.u32 $0, [$1], 1; }")
 
 
 
@@ -482,7 +478,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr, TICKET_EARLY: gl.constexpr):
+            PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -533,13 +529,6 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
                        lane, MAX_WAITS, GOALS_IN_ROW)
         _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
-        nxt = lane * 0
-        if TICKET_EARLY:   # the next ticket's atomic issued now, its value read only after this task's loads
-            # (the lanes' addresses apart by 0 that ptxas cannot see as 0, so it does not aggregate the warp's
-            # atomic and broadcast its value at once, which would wait for it here)
-            nxt = gl.inline_asm_elementwise(_TICKET, "=r,l,r", [head_ptr + lane * (n_tasks >> 31),
-                                                                (lane == 0).to(gl.int32)],
-                                            dtype=gl.int32, is_pure=False, pack=1)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
         row0 = a * T64
@@ -563,10 +552,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             na0 += 1 - cid
             na1 += cid
         i += 1
-        if TICKET_EARLY:
-            t = gl.max(nxt, axis=0) - base
-        else:
-            t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
+        t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
         _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
              hl)
@@ -1014,8 +1000,7 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, TICKET_EARLY: gl.constexpr,
-    num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1068,7 +1053,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, TICKET_EARLY)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
@@ -1084,7 +1069,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, TICKET_EARLY)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1248,7 +1233,6 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
-                TICKET_EARLY=False,     # the next ticket's atomic issued after the wait, read after the loads (lab)
                 num_warps=4)
 
 
