@@ -335,7 +335,7 @@ def test_form_and_ws_stages_are_validated_naming_the_allowed_values():
 
 
 @pytest.mark.parametrize("param, value", [("block_n_o", 128), ("block_n_ffn2", 32), ("block_m", 32),
-                                          ("block_k", 128), ("block_q", 32), ("block_kv", 32)])
+                                          ("block_k", 128), ("block_q", 32), ("block_kv", 32), ("queue", "static")])
 def test_form_ws_refuses_a_parameter_it_does_not_run_naming_it_and_the_fix(param, value):
     """Checked from the parameters alone, before the device: the CPU names the configuration error too."""
     c = load_case("smoke2")

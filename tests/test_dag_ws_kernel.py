@@ -209,7 +209,8 @@ def test_ws_meta_takes_todays_meta_and_refuses_what_the_kernel_does_not_run():
     assert (m["BLOCK_N_QKV"], m["BLOCK_N"], m["RING_N"]) == (128, 64, 128)
     m = W.ws_meta(_meta(c, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128))
     assert (m["BLOCK_N_QKV"], m["BLOCK_N"], m["RING_N"]) == (64, 128, 128)
-    assert W.ws_meta(_meta(c, queue="static"))["STATIC"] and not W.ws_meta(_meta(c))["STATIC"]
+    with pytest.raises(W.WsUnsupported, match="static"):
+        W.ws_meta(_meta(c, queue="static"))
     with pytest.raises(W.WsUnsupported, match="ws_stages=7: 2 to 6"):
         W.ws_meta(_meta(c), stages=7)
     assert W.ws_meta(_meta(c), stages=6)["STAGES"] == 6                  # 64-wide slots: 6 fit
@@ -521,7 +522,7 @@ def test_ws_launch_goes_direct_after_the_first_with_the_jit_arguments(compiled_c
                        ptrs=[_Dev(next(bufs)) for _ in W.POINTERS[3:]], r=_Dev(next(bufs)), n_tasks=6720,
                        spin_limit=1000, epoch=0, epoch_limit=10**6, err_seen=0, kernel=None, direct=True,
                        direct_launch=None, direct_error=None, _xy_dtype=None, _dev=None, _stream=None, _ptr_vals=[],
-                       **{n: _Dev(next(bufs)) for n in ("tab", "ctr", "goal", "head", "err", "trace", "order")})
+                       **{n: _Dev(next(bufs)) for n in ("tab", "ctr", "goal", "head", "err", "trace")})
     x, y = _Dev(1 << 32), _Dev(1 << 33)
     ws.launch(x, y)
     assert [c[0] for c in calls] == ["jit", "launcher"] and ws.direct_launch is not None, ws.direct_error
@@ -578,15 +579,13 @@ def test_runner_compiles_without_a_launch_then_launches_direct(compiled_case02, 
     ctl = dict(ctr=torch.zeros(5, dtype=torch.int32), head=torch.zeros(1, dtype=torch.int32),
                err=torch.zeros(2, dtype=torch.int32), trace=torch.zeros(1, dtype=torch.int64))
     p = SimpleNamespace(tensors=T, tab=torch.zeros(4, dtype=torch.int32), goal=torch.zeros(5, dtype=torch.int32),
-                        graph=SimpleNamespace(tasks=[None] * 6720), qk_scale=0.125,
-                        order=torch.zeros(1, dtype=torch.int32))
+                        graph=SimpleNamespace(tasks=[None] * 6720), qk_scale=0.125)
     r = K.WsRunner(p, mw, 132, **ctl)
     assert r.launch_path().startswith("jit") and r.compile() is fake_k
     args, grid, meta = seen[0]
     assert seen[1] == "loaded" and grid == (132, ) and meta == mw
     assert args[18] is T["r_ptr"] and args[19] is T["r_ptr"] and list(args[-4:]) == [6720, 1, 1, 0.125]
-    assert all(a is b for a, b in zip(args[-11:-4], [p.tab, ctl["ctr"], p.goal, ctl["head"], ctl["err"], ctl["trace"],
-                                                     p.order]))
+    assert all(a is b for a, b in zip(args[-10:-4], [p.tab, ctl["ctr"], p.goal, ctl["head"], ctl["err"], ctl["trace"]]))
     assert r.launch_path() == "direct" and r.kernel is fake_k
     r.run(_Dev(1 << 32), _Dev(1 << 33), 3, 1000)
     n_desc = len(r.direct_launch.desc_args)

@@ -478,7 +478,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr, order_ptr, STATIC: gl.constexpr):
+            PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -487,15 +487,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
     lane = gl.arange(0, 32, layout=lay)
     nprog = gl.num_programs(0)
     base = (epoch - 1) * (n_tasks + nprog)   # every launch takes n_tasks + grid tickets (one empty per program)
-    pos = nprog * 0      # STATIC: this program's list, order[order[pid] .. order[pid + 1]) after the GRID + 1 offsets
-    end = pos
-    lst = order_ptr + nprog + 1
-    if STATIC:
-        pos = gl.load(order_ptr + gl.program_id(0))
-        end = gl.load(order_ptr + gl.program_id(0) + 1)
-        t = gl.where(pos < end, gl.load(lst + gl.minimum(pos, end - 1)), n_tasks)
-    else:
-        t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
+    t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     q_hi, q_lo = q_buf
     i = 0       # tasks taken: task i goes to consumer i % CONSUMERS, its turn i // CONSUMERS there
     g = 0       # ring steps issued
@@ -505,10 +497,6 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         cid = i % CONSUMERS
         turn = i // CONSUMERS
         g0 = g
-        t_next = t
-        if STATIC:   # the next task of the list, loaded now: its latency under this task's wait and loads
-            pos += 1
-            t_next = gl.where(pos < end, gl.load(lst + gl.minimum(pos, end - 1)), n_tasks)
         row = tab_ptr + t * TASK_WIDTH
         kind = gl.load(row)
         l = gl.load(row + 1)
@@ -564,10 +552,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             na0 += 1 - cid
             na1 += cid
         i += 1
-        if STATIC:
-            t = t_next
-        else:
-            t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
+        t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
         _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
              hl)
@@ -1005,7 +990,7 @@ def dag_ws_fwd(
     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
     ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr,
-    tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr, order_ptr,
+    tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
     BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
@@ -1015,8 +1000,7 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, STATIC: gl.constexpr,
-    num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1069,7 +1053,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, order_ptr, STATIC)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
@@ -1085,7 +1069,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, order_ptr, STATIC)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1183,6 +1167,9 @@ def check_ws_params(o: dict) -> None:
                                  f"; block_n_qkv may differ): set form: tl or {k}: {common}")
     _check_stages(o["ws_stages"], max(common, o["block_n_qkv"]), ParameterError,
                   o["ws_consumers"])   # (ws_consumers: host.check_params)
+    if o["queue"] != "queue":
+        raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
+                             "there are no static lists): set form: tl or queue: queue")
 
 
 def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None) -> None:
@@ -1208,6 +1195,9 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
     if meta["MAX_WAITS"] > 32 or meta["MAX_SIGNALS"] > 32:
         raise WsUnsupported(f"dag: form ws: a task waits for {meta['MAX_WAITS']} / signals {meta['MAX_SIGNALS']} "
                             "counters: the loader and the signaller take one lane each (at most 32); set form: tl")
+    if meta["QUEUE"] != "queue":
+        raise WsUnsupported("dag: form ws: queue=static is not implemented (the WS loader takes tickets): set form: "
+                            "tl or queue: queue")
     if grid is not None and n_sm is not None and not 1 <= grid <= n_sm:
         raise WsUnsupported(f"dag: form ws: grid={grid} programs: the WS kernel runs one CTA per SM ({n_sm} SMs; its "
                             "shared memory allows one), so a grid above the SM count would deadlock: set grid: 0 "
@@ -1243,7 +1233,6 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
-                STATIC=meta["QUEUE"] == "static",   # per-program task lists (queue: static) instead of the tickets
                 num_warps=4)
 
 
@@ -1274,7 +1263,7 @@ def descriptors(tensors: dict) -> list:
 POINTERS = ("x_ptr", "y_ptr", "r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr",
             "att_lo_ptr", "ln2_hi_ptr", "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr", "ln1w_ptr", "ln1b_ptr", "bqkv_ptr",
             "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr")
-CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr", "order_ptr")
+CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr")
 SCALARS = ("n_tasks", "epoch", "spin_limit", "qk_scale")
 CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + len(POINTERS) + len(CONTROL)
                                         + len(SCALARS):])   # B … num_warps, in parameter order
@@ -1297,7 +1286,6 @@ def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
         key = n[:-4]
         sig[n] = tname[dtypes[key]] if key in dtypes else "*fp32"
     sig.update(tab_ptr="*i32", ctr_ptr="*i32", goal_ptr="*i32", head_ptr="*i32", err_ptr="*i32", trace_ptr="*i64",
-               order_ptr="*i32",
                n_tasks="i32", epoch="i32", spin_limit="i32", qk_scale="fp32")
     sig.update({n: "constexpr" for n in meta_ws})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, *CONTROL)}
@@ -1373,7 +1361,6 @@ class WsRunner:
         self.ptrs = [T[n] for n in POINTERS[3:]]                         # after x, y, r (x and y per launch)
         self.tab, self.goal = p.tab, p.goal
         self.ctr, self.head, self.err, self.trace = ctr, head, err, trace
-        self.order = p.order          # queue: static: the per-program task lists (host.static_order); else a dummy
         self.n_tasks = len(p.graph.tasks)
         self.qk_scale = p.qk_scale
         self.kernel = None
@@ -1388,7 +1375,6 @@ class WsRunner:
     def args(self, x, y, epoch: int, spin_limit: int) -> list:
         """The JIT path's runtime arguments in signature order (the constexprs go as keywords: ``meta``)."""
         return [*self.descs, x, y, self.r, *self.ptrs, self.tab, self.ctr, self.goal, self.head, self.err, self.trace,
-                self.order,
                 self.n_tasks, max(1, epoch), spin_limit, self.qk_scale]
 
     def compile(self):
@@ -1408,7 +1394,7 @@ class WsRunner:
         if self.direct and (x.data_ptr() | y.data_ptr()) & 15 == 0:
             # r, the other buffers and the control tensors live as long as the runner: their addresses once
             self._ptr_vals = [t.data_ptr() for t in (self.r, *self.ptrs, self.tab, self.ctr, self.goal, self.head,
-                                                     self.err, self.trace, self.order)]
+                                                     self.err, self.trace)]
             try:
                 self.direct_launch = DirectLaunch(k, self.descs, [self.meta[n] for n in CONSTEXPRS])
                 self._stream = triton.runtime.driver.active.get_current_stream
