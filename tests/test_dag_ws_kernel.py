@@ -702,7 +702,8 @@ def test_idle_profile_splits_idle_time_by_whether_work_was_ready():
                           [2000, 2000, 3100, P1, 3000, 0, 0, 0]], dtype=torch.int64)
     r = W.idle_profile(trace, [[], [], [0]], lag_us=0.0, bin_us=0.1)
     assert (r["busy"], r["idle"], r["idle_with_ready"]) == (0.667, 0.333, 0.15)
-    assert (r["idle_with_ready_unticketed"], r["idle_with_ready_ticketed"], r["idle_nothing_ready"]) == (0.15, 0.0, 0.183)
+    assert (r["idle_with_ready_unticketed"], r["idle_with_ready_ticketed"],
+            r["idle_nothing_ready"]) == (0.15, 0.0, 0.183)
     assert r["ready_mean"] == 0.3
     late = W.idle_profile(trace, [[], [], [0]], lag_us=1.0, bin_us=0.1)   # ready only from 2100: after its start
     assert late["idle_with_ready"] == 0.0 and late["idle_nothing_ready"] == 0.333

@@ -502,33 +502,41 @@ def consumer_profile(trace, kinds: list, kernel_t0: float | None = None) -> dict
     kernel); ``idle_dep_us`` the mean per program of the gaps where the consumer waited for a dependency; per kind the
     mean consumer time of a task (µs), ``kinds`` giving each task's kind name. One consumer per program (with two, a
     program's tasks interleave and the split does not apply)."""
-    t = _float_trace(trace)
-    t0 = float(t[:, 0].min()) if kernel_t0 is None else kernel_t0
-    end = float(t[:, 4].max())
-    prog = (t[:, 3].long() >> 16).tolist()
-    by: dict = {}
-    for i, pr in enumerate(prog):
-        by.setdefault(pr, []).append(i)
-    busy = idle = 0.0
+    t = _float_trace(trace).tolist()
+    t0 = min(r[0] for r in t) if kernel_t0 is None else kernel_t0
+    end = max(r[4] for r in t)
+    start, idle, n = _consumer_starts(t)
+    busy = 0.0
     per: dict = {}
-    for idx in by.values():
-        idx.sort(key=lambda i: float(t[i, 4]))
-        prev = None
-        for i in idx:
-            ready_at = float(t[i, 1])
-            start = ready_at if prev is None else max(prev, ready_at)
-            if prev is not None and ready_at > prev:
-                idle += ready_at - prev
-            d = float(t[i, 4]) - start
-            busy += d
-            per.setdefault(kinds[i], []).append(d)
-            prev = float(t[i, 4])
-    n = len(by)
+    for i, r in enumerate(t):
+        d = r[4] - start[i]
+        busy += d
+        per.setdefault(kinds[i], []).append(d)
     kernel = end - t0
     return dict(programs=n, kernel_us=kernel / 1e3, busy=busy / (n * kernel) if kernel > 0 else 0.0,
                 idle_dep_us=idle / n / 1e3,
                 kinds={k: dict(n=len(v), consumer_mean_us=round(sum(v) / len(v) / 1e3, 3),
                                consumer_total_us=round(sum(v) / 1e3, 1)) for k, v in per.items()})
+
+
+def _consumer_starts(t: list) -> tuple[list, float, int]:
+    """Per task of the trace rows ``t`` (ns), the start of its consumer time: each program's tasks in the order the
+    consumer finished them (column 4), task k from max(done of task k − 1, its counters complete, column 1).
+    Returns (starts, the summed gaps where a consumer waited for a dependency, programs)."""
+    by: dict = {}
+    for i, r in enumerate(t):
+        by.setdefault(int(r[3]) >> 16, []).append(i)
+    start = [0.0] * len(t)
+    idle = 0.0
+    for idx in by.values():
+        idx.sort(key=lambda i: t[i][4])
+        prev = None
+        for i in idx:
+            start[i] = t[i][1] if prev is None else max(prev, t[i][1])
+            if prev is not None and t[i][1] > prev:
+                idle += t[i][1] - prev
+            prev = t[i][4]
+    return start, idle, len(by)
 
 
 def idle_profile(trace, producers: list, lag_us: float = 1.0, bin_us: float = 0.25) -> dict:
@@ -550,16 +558,7 @@ def idle_profile(trace, producers: list, lag_us: float = 1.0, bin_us: float = 0.
     n = len(t)
     t0 = min(r[0] for r in t)
     end = max(r[4] for r in t)
-    by: dict = {}
-    for i, r in enumerate(t):
-        by.setdefault(int(r[3]) >> 16, []).append(i)
-    start = [0.0] * n
-    for idx in by.values():
-        idx.sort(key=lambda i: t[i][4])
-        prev = None
-        for i in idx:
-            start[i] = t[i][1] if prev is None else max(prev, t[i][1])
-            prev = t[i][4]
+    start, _, progs = _consumer_starts(t)
     lag = lag_us * 1e3
     ready = [(max(t[j][2] for j in producers[i]) if producers[i] else t0) + lag for i in range(n)]
 
@@ -570,7 +569,6 @@ def idle_profile(trace, producers: list, lag_us: float = 1.0, bin_us: float = 0.
     busy = counter([(start[i], t[i][4]) for i in range(n)])
     rdy = counter([(ready[i], start[i]) for i in range(n)])
     unt = counter([(ready[i], min(start[i], t[i][0])) for i in range(n)])
-    progs = len(by)
     step = bin_us * 1e3
     steps = max(1, int((end - t0) // step))
     acc = dict(busy=0.0, idle=0.0, ready=0.0, with_ready=0.0, unticketed=0.0)
