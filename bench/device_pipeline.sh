@@ -58,6 +58,16 @@ unlock; run_for "$(left)" snakemake --cores "${CORRECTNESS_JOBS:-8}" --set-threa
   ${first:+--prioritize "${first[@]}"} --keep-going --config "${cfg[@]}" ncu=false \
   >> "$OUT/logs/snakemake-correctness.log" 2>&1
 rc=$?; stamp "correctness rc=$rc$(spent)"
+# a job that ran out of GPU memory beside the others wrote an `oom` result (case 9 beside cases 8, 13 and 14 at
+# 6a01225, four at once): those run again, one at a time; an `oom` then is the job's own
+oom=$(python3 -c "import glob, json
+print(' '.join(f for f in sorted(glob.glob('outputs/correctness/h200/*/*.json')) if json.load(open(f)).get('status') == 'oom'))")
+if [ -n "$oom" ]; then
+  stamp "out of GPU memory beside other jobs, again alone: $oom"; rm -f $oom
+  unlock; run_for "$(left)" snakemake --cores 1 --set-threads correctness=1 --until correctness --keep-going \
+    --config "${cfg[@]}" ncu=false >> "$OUT/logs/snakemake-correctness.log" 2>&1
+  rc=$?; stamp "correctness (alone) rc=$rc$(spent)"
+fi
 unlock; run_for "$(left)" snakemake --cores all --keep-going --config "${cfg[@]}" ncu=false \
   >> "$OUT/logs/snakemake-timing.log" 2>&1
 rc=$?; stamp "timing+report rc=$rc$(spent)"
