@@ -666,6 +666,11 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     sp, q = r["ws_queue_split"], r["ws_queue"]
     assert sp["shared_fence"] == 1 and q["shared_fence"] == 0, r
     assert sp["wgmma"] == q["wgmma"] and sp["acquire"] == sp["release"] == 1 and sp["spill_stores"] == 0, r
+    # ws2qx: the same split on a warpgroup of its own: 12 warps, its fence, the consumer's products and protocol
+    # unchanged, no spills, in one SM's shared memory
+    x = r["ws_queue_xsplit"]
+    assert x["warps"] == 12 and x["shared_fence"] == 1 and x["wgmma"] == q["wgmma"], r
+    assert x["acquire"] == x["release"] == 1 and x["spill_stores"] == 0 and x["shared"] <= 232448, r
     # ws2qf / ws2qt: the same protocol with the proxy fence in the signaller; ws2qt's two TMA stores (hi, lo) behind a
     # generic -> async proxy fence, no spills
     f, ts = r["ws_queue_fence_at_signal"], r["ws_queue_tma_store"]

@@ -65,6 +65,15 @@ per stage, static lists): time per stage is the chain's link, work included. For
   checked as for ``ws2``), adds x and x² into per-row sums that the epilogue turns into a mean and rstd (applied times
   0), then ``fence.proxy.async.shared`` and the warpgroup's barrier before wgmma reads the slot. What splitting the
   residual's fp32 rows into the products' operands in the consumer would cost (``docs/dag.md``, "Results" 37).
+- ``ws2qx``: ``ws2qs``'s work off the consumer's path, on a warpgroup of its own (FA3's transform warpgroup;
+  ``XSPLIT``): the splitter (4 warps, ``XSPLIT_REGS`` registers) gets each task id from the loader on a second
+  hand-over ring, waits for each K step's TMA, splits the slot's A pair in place and adds the row sums, then the
+  proxy fence, its barrier and an arrive on the slot's ``split`` mbarrier, which the consumer waits on in place of
+  ``ready``; at a task's last step it leaves the row sums in one of two turns of a shared buffer for the consumer's
+  epilogue (applied times 0, as ``ws2qs``). 12 warps (the 1-warp partitions padded to a warpgroup). The traced
+  ``data`` includes the first step's split. What the LayerNorm fold would cost a QKV or FFN1 tile with the split off
+  the consumer: the slot's shared memory is read and written once more a K step (16 + 16 KB beside the products'
+  48 KB).
 - ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
   release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
 - ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a
@@ -206,7 +215,7 @@ def _load_task(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr,
 @gluon.jit
 def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr, head_ptr, base, pid, nprog,
             n_tasks, TPS, NTN, MB, M, K: gl.constexpr, goal, spin_limit, STAGES: gl.constexpr, MODE: gl.constexpr,
-            QUEUE: gl.constexpr, TRACE: gl.constexpr):
+            QUEUE: gl.constexpr, TRACE: gl.constexpr, x_ring=None):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -216,6 +225,8 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
         t = _ticket(head_ptr, base)
         while t < n_tasks:
             _send(tids, tid_full, tid_free, i, t, lay)
+            if x_ring is not None:  # ``XSPLIT``: the splitter warpgroup's copy of the id
+                _send(x_ring[0], x_ring[1], x_ring[2], i, t, lay)
             _load_task(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, t, i, g, TPS, NTN, MB, M, K,
                        goal, spin_limit, STAGES, MODE, TRACE)
             g += KT
@@ -224,6 +235,8 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
                 mbarrier.wait(sig_free.index((i - 1) % 2), ((i - 1) // 2) & 1)
             t = _ticket(head_ptr, base)
         _send(tids, tid_full, tid_free, i, -1, lay)
+        if x_ring is not None:
+            _send(x_ring[0], x_ring[1], x_ring[2], i, -1, lay)
     else:  # static lists: tasks pid, pid + grid, ...
         for t in range(pid, n_tasks, nprog):
             _load_task(descs, bufs, ready, empty, sig_free, ctr_ptr, err_ptr, trace_ptr, t, i, g, TPS, NTN, MB, M, K,
@@ -233,11 +246,11 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
 
 
 @gluon.jit
-def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr):
+def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr, SYNC: gl.constexpr = True):
     """``SPLIT``: the consumer's side of LayerNorm folded into a GEMM (an fp32 A tile split into bf16 hi / lo in shared
     memory before the products): read the slot's A pair (16 KB, the bytes of a 64 × 64 fp32 tile), x = hi + lo, write
-    bf16(x) and bf16(x − bf16(x)) back (16 KB; the same values), add x and x² into the row sums; then the proxy fence
-    and the warpgroup's barrier before wgmma reads the slot."""
+    bf16(x) and bf16(x − bf16(x)) back (16 KB; the same values), add x and x² into the row sums; then (``SYNC``) the
+    proxy fence and the warpgroup's barrier before wgmma reads the slot."""
     hi = a_hi.index(slot).load(sl).to(gl.float32)
     lo = a_lo.index(slot).load(sl).to(gl.float32)
     x = hi + lo
@@ -246,16 +259,51 @@ def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr):
     a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
     rsum += gl.sum(x, axis=1)
     rsq += gl.sum(x * x, axis=1)
-    fence_async_shared()
-    gl.thread_barrier()
+    if SYNC:
+        fence_async_shared()
+        gl.thread_barrier()
     return rsum, rsq
+
+
+@gluon.jit
+def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES: gl.constexpr,
+              num_warps: gl.constexpr):
+    """``XSPLIT`` (form ``ws2qx``): ``_resplit``'s work on a warpgroup of its own, FA3's transform warpgroup. For every
+    K step of every task (ids from the loader's second hand-over ring) it waits for the slot's TMA (``ready``), splits
+    the A pair in place and adds the row sums, stores the task's row sums into turn i % 2 of ``stats`` at its last
+    step, then the proxy fence, the warpgroup's barrier and one arrive on ``split``, which the consumer waits on in
+    place of ``ready``. ``stats`` turn i % 2 is written again at task i + 2's last step, whose slot the loader filled
+    only after the consumer freed a step of task i + 1 (K // 64 ≥ STAGES): after task i's epilogue read it."""
+    KT: gl.constexpr = K // BK
+    sl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    tids, tid_full, tid_free = tid_ring
+    g = 0
+    i = 0
+    t = _recv(tids, tid_full, tid_free, 0, lay)
+    while t >= 0:
+        rsum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
+        rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
+        for kk in range(KT):
+            slot = g % STAGES
+            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+            rsum, rsq = _resplit(a_hi, a_lo, slot, rsum, rsq, sl, False)
+            if kk == KT - 1:
+                stats.index(2 * (i % 2)).store(rsum)
+                stats.index(2 * (i % 2) + 1).store(rsq)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(split.index(slot))
+            g += 1
+        i += 1
+        t = _recv(tids, tid_full, tid_free, i, lay)
 
 
 @gluon.jit
 def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
                   TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
                   TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0,
-                  stage=None):
+                  stage=None, xsplit=None):
     """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
     stores (``OUT`` 2: into the staging buffer of turn i for the signaller's TMA store), the hand-over to the
     signaller."""
@@ -275,7 +323,10 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
     for kk in range(KT):
         slot = g % STAGES
-        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        if xsplit is None:
+            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        else:  # ``XSPLIT``: the splitter warpgroup's arrive, after the TMA and its split of the slot
+            mbarrier.wait(xsplit[0].index(slot), (g // STAGES) & 1)
         if kk == 0:
             _stamp(trace_ptr, t, 1, TRACE, lay)
         if SPLIT:
@@ -301,8 +352,11 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     else:
         hi = gl.convert_layout(hi, out)
         lo = gl.convert_layout(lo, out)
-        if SPLIT:  # the row statistics used as LayerNorm's epilogue would (times 0 here: the product is unchanged)
-            mean = rsum / K
+        if xsplit is not None:  # the splitter's row sums of this task (turn i % 2), as SPLIT's below
+            rsum = xsplit[1].index(2 * (i % 2)).load(gl.SliceLayout(1, sl))
+            rsq = xsplit[1].index(2 * (i % 2) + 1).load(gl.SliceLayout(1, sl))
+        if SPLIT or (xsplit is not None):  # the row statistics used as LayerNorm's epilogue would (times 0 here: the
+            mean = rsum / K                 # product is unchanged)
             rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
             lo = (lo.to(gl.float32) + gl.convert_layout(mean * rstd * 0.0, gl.SliceLayout(1, out))[:, None]).to(
                 gl.bfloat16)
@@ -325,7 +379,7 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
 def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
               nprog, n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr,
               ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False,
-              OUT: gl.constexpr = 0, stage=None):
+              OUT: gl.constexpr = 0, stage=None, xsplit=None):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -335,7 +389,7 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
         t = _recv(tids, tid_full, tid_free, 0, lay)
         while t >= 0:
             _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
-                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage)
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage, xsplit)
             g += KT
             i += 1
             t = _recv(tids, tid_full, tid_free, i, lay)
@@ -408,11 +462,14 @@ def _pipe_barriers(STAGES: gl.constexpr):
     return ready, empty, done, sig_free
 
 
+XSPLIT_REGS = gl.constexpr(128)  # the splitter warpgroup's setmaxnreg (ws2qx): a 64 × 64 fp32 tile is 32 a thread
+
+
 @gluon.jit
 def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
              n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
              QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
-             SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0):
+             SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0, XSPLIT: gl.constexpr = False):
     a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     NSTG: gl.constexpr = 2 if OUT == 2 else 1   # OUT 2: a staging pair per hand-over turn (else unused: not kept)
     stage = (gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout),
@@ -430,6 +487,31 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
     nprog = gl.num_programs(0)
     bufs = (a_hi, a_lo, w_hi, w_lo)
     tid_ring = (tids, tid_full, tid_free)
+    if XSPLIT:  # the splitter warpgroup: its id ring from the loader, the per-slot ``split`` barriers, the row sums
+        gl.static_assert(QUEUE, "XSPLIT: the splitter takes its task ids from the queue's loader")
+        gl.static_assert(K // BK >= STAGES, "XSPLIT: K // 64 >= STAGES (the row sums' two turns)")
+        x_tids = gl.allocate_shared_memory(gl.int32, [2, 1], ids)
+        x_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        x_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        split = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        stats = gl.allocate_shared_memory(gl.float32, [4, BM], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        for q in gl.static_range(2):
+            mbarrier.init(x_full.index(q), count=1)
+            mbarrier.init(x_free.index(q), count=1)
+        for q in gl.static_range(STAGES):
+            mbarrier.init(split.index(q), count=1)
+        gl.warp_specialize([
+            (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr,
+                         trace_ptr, pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps,
+                         False, OUT, stage, (split, stats))),
+            (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr,
+                       trace_ptr, head_ptr, base, pid, nprog, n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES,
+                       MODE, QUEUE, TRACE, (x_tids, x_full, x_free))),
+            (_signaller, (done, sig_free, sig_tids, ctr_ptr, trace_ptr, pid, nprog, n_tasks, TPS, NTN, MB, QUEUE,
+                          TRACE, M, OUT, stage, (ahi_d, alo_d))),
+            (_splitter, (a_hi, a_lo, ready, split, stats, (x_tids, x_full, x_free), K, STAGES, 4)),
+        ], [1, 1, 4], [40, 40, XSPLIT_REGS])
+        return
     gl.warp_specialize([
         (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr,
                      pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage)),
@@ -516,7 +598,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
 
 
 FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs",
-         "ws2qf", "ws2qt")
+         "ws2qx", "ws2qf", "ws2qt")
 OUT_OF_SUFFIX = {"f": 1, "t": 2}   # a form's last letter -> ``OUT`` (0: the consumer's stores and proxy fence)
 
 
@@ -604,7 +686,8 @@ class Chain:
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
                                          self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
                                          QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4,
-                                         SPLIT=form.endswith("s"), OUT=OUT_OF_SUFFIX.get(form[-1], 0))
+                                         SPLIT=form.endswith("s"), OUT=OUT_OF_SUFFIX.get(form[-1], 0),
+                                         XSPLIT=form.endswith("x"))
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
@@ -675,7 +758,7 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
 
 
 def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False, split: bool = False,
-                out: int = 0) -> dict:
+                out: int = 0, xsplit: bool = False) -> dict:
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
     slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
@@ -695,7 +778,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
     if not two:
         sig.update(head_ptr="*i32", base="i32")
-        cex.update(MODE=2, QUEUE=queue, SPLIT=split, OUT=out)
+        cex.update(MODE=2, QUEUE=queue, SPLIT=split, OUT=out, XSPLIT=xsplit)
     sig.update({n: "constexpr" for n in cex})
     sig = {n: sig[n] for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
@@ -744,6 +827,7 @@ def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
     return dict(ws=_compile_ws(False, K, stages), ws_queue=_compile_ws(True, K, stages),
                 ws_queue_atomic=_compile_ws(True, K, stages, atomic=True),
                 ws_queue_split=_compile_ws(True, K, stages, split=True),
+                ws_queue_xsplit=_compile_ws(True, K, stages, xsplit=True),
                 ws_queue_fence_at_signal=_compile_ws(True, K, stages, out=1),
                 ws_queue_tma_store=_compile_ws(True, K, stages, out=2), ws_s2c=_compile_ws(False, K, stages_2c),
                 ws2c=_compile_ws(False, K, stages_2c, two=True),
