@@ -53,6 +53,42 @@ def test_precision_probe_ln_fold_is_the_layernorm():
         assert _max_over_tol("exact", scale=scale, ln_fold=True) < 0.01
 
 
+def test_precision_probe_shifted_ln_fold_is_mean_robust():
+    """The LayerNorm folded around a per-row shift (``fold="shift"``) is LN(y) W + b with exact products, and with
+    bf16x3 products it stays as close to the reference as the unfolded LayerNorm on inputs whose rows sit far from 0
+    against their spread (``bench.dag.precision.offset_input``), where the algebraic fold loses the row's spread to
+    cancellation: at 30 × the input scale it is over 10× the unfolded error."""
+    from bench.dag.precision import offset_input
+    case = load_case("smoke1")
+    w = make_weights(case)
+
+    def err(x, scheme, fold):
+        y = precision_probe.forward(x, w.flat(), case.H, case.causal, scheme, scheme, fold)
+        return gate(y, reference_forward(case, w, x)).max_over_tol
+
+    for scale in (1e-3, 1e3):
+        assert err(make_input(case, scale, 0), "exact", "shift") < 0.01
+    x = offset_input(make_input(case, 0.1, 0), 0.1, 0, 30.0)
+    plain, shift, algebraic = err(x, "bf16x3", False), err(x, "bf16x3", "shift"), err(x, "bf16x3", True)
+    assert shift < 2 * plain + 0.01 and shift < 0.1, (plain, shift)
+    assert algebraic > 10 * plain, (plain, algebraic)
+
+
+def test_dag_precision_offset_input_moves_rows_not_their_spread():
+    from bench.dag.precision import _scheme, offset_input
+    case = load_case("smoke1")
+    x = make_input(case, 0.1, 3)
+    assert offset_input(x, 0.1, 3, 0.0) is x
+    y = offset_input(x, 0.1, 3, 30.0)
+    d = y - x
+    assert torch.allclose(d, d[..., :1].expand_as(d))            # one offset per row
+    assert float(d.abs().mean()) > 0.5                            # 30 x 0.1 x |N(0, 1)|
+    assert torch.equal(offset_input(x, 0.1, 3, 30.0), y)         # seeded by the input seed
+    assert _scheme("f16_ffn1+shift") == (("ffn1",), "shift") and _scheme("bf16x3") == ((), False)
+    with pytest.raises(SystemExit, match="unknown scheme"):
+        _scheme("f16_ffn1+tilt")
+
+
 def test_precision_probe_ranks_schemes_by_their_rounding():
     bf16x3 = _max_over_tol("bf16x3", scale=0.1)
     one_fp16 = _max_over_tol("f16_w1", scale=0.1)

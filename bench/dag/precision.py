@@ -8,7 +8,11 @@ is one JSON line appended to ``--log``; ``--summary`` prints the worst error ove
 with the inputs it saw.
 
 The schemes are named as ``check_gpu``'s configurations (``SCHEMES`` below: which GEMMs run on f16_w1, the rest
-on bf16x3). Two products instead of three are emulated in their algebraically equal cheaper form
+on bf16x3); a suffix ``+fold`` or ``+shift`` folds LN1 / LN2 into QKV / FFN1 (``precision_probe.ln_linear``:
+algebraically, or around a per-row shift, the mean-robust form the LayerNorm fold of docs/dag.md needs).
+``--row-offset F`` adds F · scale · N(0, 1) to each row of the input (one draw per row, seeded by the input seed):
+inputs whose rows' means are far from 0 against their spread, beside the SPEC's, where a fold that is not
+mean-robust loses precision. Two products instead of three are emulated in their algebraically equal cheaper form
 (a_hi·w + a_lo·w = (a_hi + a_lo)·w, the sum exact in float64), which differs from the probe's only by float64
 rounding.
 
@@ -67,7 +71,23 @@ def flop_fraction(f16: tuple) -> float:
     return sum(share[g] * (2 / 3 if g in f16 else 1.0) for g in share) / 12
 
 
-def run(cases, schemes, scales, seeds, weight_seeds, log: str):
+def _scheme(name: str) -> tuple[tuple, object]:
+    """``name`` -> (the GEMMs on f16_w1, the LayerNorm fold: False, True (algebraic) or "shift")."""
+    base, _, fold = name.partition("+")
+    if base not in SCHEMES or fold not in ("", "fold", "shift"):
+        raise SystemExit(f"unknown scheme {name!r}; valid: {list(SCHEMES)}, each optionally +fold or +shift")
+    return SCHEMES[base], {"": False, "fold": True, "shift": "shift"}[fold]
+
+
+def offset_input(x: torch.Tensor, scale: float, seed: int, offset: float) -> torch.Tensor:
+    """x plus ``offset`` · scale · N(0, 1) per row (one draw per row; none at offset 0)."""
+    if not offset:
+        return x
+    g = torch.Generator().manual_seed(1_000_003 + seed)
+    return x + offset * scale * torch.randn(x.shape[0], x.shape[1], 1, generator=g, dtype=x.dtype)
+
+
+def run(cases, schemes, scales, seeds, weight_seeds, log: str, offset: float = 0.0):
     probe.matmul = _fast_matmul      # probe.forward / ln_linear look it up at call time
     try:
         for c in cases:
@@ -77,16 +97,19 @@ def run(cases, schemes, scales, seeds, weight_seeds, log: str):
                 w = make_weights(case, seed=wseed)
                 for scale in scales:
                     for seed in seeds:
-                        x = make_input(case, scale, seed)
+                        x = offset_input(make_input(case, scale, seed), scale, seed, offset)
                         ref = reference_forward(case, w, x)
                         for name in schemes:
                             t = time.perf_counter()
-                            per = {g: "f16_w1" for g in SCHEMES[name]}
-                            y = probe.forward(x, w.flat(), case.H, case.causal, "bf16x3", "bf16x3", False, per)
+                            f16, fold = _scheme(name)
+                            per = {g: "f16_w1" for g in f16}
+                            y = probe.forward(x, w.flat(), case.H, case.causal, "bf16x3", "bf16x3", fold, per)
                             r = gate(y, ref)
                             rec = dict(case=case.number, scheme=name, weight_seed=wseed, scale=scale, seed=seed,
                                        max_over_tol=round(r.max_over_tol, 5), passed=r.passed,
                                        s=round(time.perf_counter() - t, 1))
+                            if offset:
+                                rec["row_offset"] = offset
                             print(json.dumps(rec), flush=True)
                             with open(log, "a") as f:
                                 f.write(json.dumps(rec) + "\n")
@@ -100,11 +123,14 @@ def summary(log: str):
     recs = [json.loads(l) for l in open(log) if l.strip()]
     by = defaultdict(list)
     for r in recs:
-        by[(r["case"], r["scheme"])].append(r)
+        by[(r["case"], _label(r))].append(r)
     cases = sorted({r["case"] for r in recs})
     print("| scheme (f16_w1 GEMMs) | MMA work | " + " | ".join(f"case {c}" for c in cases) + " |")
     print("|---|---:|" + "---:|" * len(cases))
-    for name, f16 in SCHEMES.items():
+    order = list(SCHEMES)
+    labels = sorted({_label(r) for r in recs}, key=lambda lb: (order.index(lb.split(" @")[0].split("+")[0]), lb))
+    for name in labels:
+        f16 = _scheme(name.split(" @")[0])[0]
         cells = []
         for c in cases:
             rs = by.get((c, name))
@@ -128,6 +154,11 @@ def summary(log: str):
                                        for (w, sc), s in sorted(seen.items())))
 
 
+def _label(r: dict) -> str:
+    """A logged result's row of the summary: its scheme, with the row offset of its inputs when it had one."""
+    return r["scheme"] + (f" @offset {r['row_offset']:g}" if r.get("row_offset") else "")
+
+
 def _ranges(xs: list[int]) -> str:
     out, i = [], 0
     while i < len(xs):
@@ -142,7 +173,10 @@ def _ranges(xs: list[int]) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="+", type=int, default=[2, 3, 4, 12])
-    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), help=f"of {list(SCHEMES)}")
+    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES),
+                    help=f"of {list(SCHEMES)}, each optionally +fold or +shift (LN1 / LN2 folded into QKV / FFN1)")
+    ap.add_argument("--row-offset", type=float, default=0.0,
+                    help="add OFFSET * scale * N(0, 1) to each input row (0: the SPEC's inputs)")
     ap.add_argument("--scale", type=float, default=0.1, help="input scale (the gate's worst for these cases)")
     ap.add_argument("--scan-scales", action="store_true", help="every gate scale instead of --scale")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="input seeds")
@@ -153,10 +187,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.summary:
         return summary(a.summary)
-    bad = [s for s in a.schemes if s not in SCHEMES]
-    if bad:
-        raise SystemExit(f"unknown schemes {bad}; valid: {list(SCHEMES)}")
-    run(a.cases, a.schemes, SCALES if a.scan_scales else (a.scale,), a.seeds, a.weight_seeds, a.log)
+    for s in a.schemes:
+        _scheme(s)
+    run(a.cases, a.schemes, SCALES if a.scan_scales else (a.scale,), a.seeds, a.weight_seeds, a.log, a.row_offset)
 
 
 if __name__ == "__main__":

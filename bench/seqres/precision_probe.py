@@ -19,7 +19,12 @@ Schemes (``a`` is the activation operand, ``w`` the weight / second operand):
 With ``--ln-fold`` the two GEMMs behind a LayerNorm (QKV, FFN1) take the LayerNorm algebraically:
 LN(y)·W + b = rstd ⊙ (y·W′) − (rstd·mean) ⊙ s + c, with W′ = diag(γ)·W, s = 1ᵀW′, c = βᵀW + b (fp32), the product
 y·W′ on the raw residual in the scheme, and one-pass fp32 statistics (Σy, Σy² per row) as a K loop would
-accumulate them (docs/seqres.md, next steps).
+accumulate them (docs/seqres.md, next steps). ``ln_linear(..., fold="shift")`` is the mean-robust form (docs/dag.md,
+the LayerNorm fold): each row shifted by m₀, the fp32 mean of its first 64 columns (what a tile's first K step
+holds), d = y − m₀ in fp32, the product d·W′ in the scheme and the statistics Σd, Σd² in fp32:
+LN(y)·W + b = rstd ⊙ (d·W′ − mean_d ⊙ s) + c, mean_d = Σd / D, rstd from Σd² / D − mean_d². The algebraic form's
+product carries an error relative to |y| and cancels it against mean·s; the shifted one's is relative to |y − m₀|,
+of the row's spread however far the row's mean is from 0.
 
     python -m bench.seqres.precision_probe f16_w1 [--attn bf16x3] [--ln-fold] [--cases 5 11] [--seeds 0 1 2 3]
 """
@@ -77,11 +82,23 @@ def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
     raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1, f16f8")
 
 
-def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold: bool) -> torch.Tensor:
-    """LN(y) @ wᵀ + b (float64 in, float64 out): the LayerNorm applied first, or folded into the product."""
+def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold) -> torch.Tensor:
+    """LN(y) @ wᵀ + b (float64 in, float64 out): the LayerNorm applied first (``fold`` false), or folded into the
+    product: algebraically (true), or around a per-row shift (``"shift"``; module docstring)."""
     D = y.shape[-1]
     if not fold:
         return matmul(F.layer_norm(y, (D,), ln_w, ln_b, LN_EPS), w.t(), scheme) + b
+    if fold == "shift":
+        y32 = y.float()
+        m0 = y32[..., :64].sum(-1, keepdim=True) / min(D, 64)
+        d = y32 - m0
+        mean_d = d.sum(-1, keepdim=True) / D
+        var = (d * d).sum(-1, keepdim=True) / D - mean_d * mean_d
+        rstd = torch.rsqrt(var + LN_EPS).double()
+        w_f = (ln_w[:, None] * w.t()).float().double()
+        s = w_f.sum(0)
+        c = (ln_b.float() @ w.t().float() + b.float()).double()
+        return rstd * (matmul(d.double(), w_f, scheme) - mean_d.double() * s) + c
     y32 = y.float()
     mean = y32.sum(-1, keepdim=True) / D
     var = (y32 * y32).sum(-1, keepdim=True) / D - mean * mean
