@@ -67,8 +67,9 @@ per stage, static lists): time per stage is the chain's link, work included. For
   residual's fp32 rows into the products' operands in the consumer would cost (``docs/dag.md``, "Results" 37).
 - ``ws2qx``: ``ws2qs``'s work off the consumer's path, on a warpgroup of its own (FA3's transform warpgroup;
   ``XSPLIT``): the splitter (4 warps, ``XSPLIT_REGS`` registers) gets each task id from the loader on a second
-  hand-over ring, waits for each K step's TMA, splits the slot's A pair in place and adds the row sums, then the
-  proxy fence, its barrier and an arrive on the slot's ``split`` mbarrier, which the consumer waits on in place of
+  hand-over ring, waits for each K step's TMA, splits the slot's A pair in place and adds the row sums of x − m₀
+  (m₀: the rows' means over the task's first step, the mean-robust fold's shift), then the proxy fence, its barrier
+  and an arrive on the slot's ``split`` mbarrier, which the consumer waits on in place of
   ``ready``; at a task's last step it leaves the row sums in one of two turns of a shared buffer for the consumer's
   epilogue (applied times 0, as ``ws2qs``). 12 warps (the 1-warp partitions padded to a warpgroup). The traced
   ``data`` includes the first step's split. What the LayerNorm fold would cost a QKV or FFN1 tile with the split off
@@ -246,11 +247,11 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
 
 
 @gluon.jit
-def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr, SYNC: gl.constexpr = True):
+def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr):
     """``SPLIT``: the consumer's side of LayerNorm folded into a GEMM (an fp32 A tile split into bf16 hi / lo in shared
     memory before the products): read the slot's A pair (16 KB, the bytes of a 64 × 64 fp32 tile), x = hi + lo, write
-    bf16(x) and bf16(x − bf16(x)) back (16 KB; the same values), add x and x² into the row sums; then (``SYNC``) the
-    proxy fence and the warpgroup's barrier before wgmma reads the slot."""
+    bf16(x) and bf16(x − bf16(x)) back (16 KB; the same values), add x and x² into the row sums; then the proxy fence
+    and the warpgroup's barrier before wgmma reads the slot."""
     hi = a_hi.index(slot).load(sl).to(gl.float32)
     lo = a_lo.index(slot).load(sl).to(gl.float32)
     x = hi + lo
@@ -259,9 +260,8 @@ def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr, SYNC: gl.constexpr =
     a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
     rsum += gl.sum(x, axis=1)
     rsq += gl.sum(x * x, axis=1)
-    if SYNC:
-        fence_async_shared()
-        gl.thread_barrier()
+    fence_async_shared()
+    gl.thread_barrier()
     return rsum, rsq
 
 
@@ -270,7 +270,8 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
               num_warps: gl.constexpr):
     """``XSPLIT`` (form ``ws2qx``): ``_resplit``'s work on a warpgroup of its own, FA3's transform warpgroup. For every
     K step of every task (ids from the loader's second hand-over ring) it waits for the slot's TMA (``ready``), splits
-    the A pair in place and adds the row sums, stores the task's row sums into turn i % 2 of ``stats`` at its last
+    the A pair in place as ``_resplit`` does and adds the row sums of d = x − m₀ (m₀: the row's mean over the task's
+    first 64 columns, the mean-robust fold's shift), stores the task's row sums into turn i % 2 of ``stats`` at its last
     step, then the proxy fence, the warpgroup's barrier and one arrive on ``split``, which the consumer waits on in
     place of ``ready``. ``stats`` turn i % 2 is written again at task i + 2's last step, whose slot the loader filled
     only after the consumer freed a step of task i + 1 (K // 64 ≥ STAGES): after task i's epilogue read it."""
@@ -284,10 +285,19 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
     while t >= 0:
         rsum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
         rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
+        m0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
         for kk in range(KT):
             slot = g % STAGES
             mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-            rsum, rsq = _resplit(a_hi, a_lo, slot, rsum, rsq, sl, False)
+            x = a_hi.index(slot).load(sl).to(gl.float32) + a_lo.index(slot).load(sl).to(gl.float32)
+            if kk == 0:  # the mean-robust fold's row shift: the mean of the task's first 64 columns
+                m0 = gl.sum(x, axis=1) / BK
+            h2 = x.to(gl.bfloat16)   # the split as _resplit's (the same values), the sums of d = x − m0
+            a_hi.index(slot).store(h2)
+            a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
+            d = x - m0[:, None]
+            rsum += gl.sum(d, axis=1)
+            rsq += gl.sum(d * d, axis=1)
             if kk == KT - 1:
                 stats.index(2 * (i % 2)).store(rsum)
                 stats.index(2 * (i % 2) + 1).store(rsq)
