@@ -577,6 +577,43 @@ def test_levers_rewrite_the_graph_consistently():
     assert all(after[k] == before[k] for k, t in ((t.seq, t) for t in a.tasks if t.kind == G.ATTN) if t.c < 4)
 
 
+def test_levers_ln_fold_in_place_closes_the_residual_hazard():
+    """``ln_fold_ws``: no LN1 (layer 0 included) or LN2 task, the final LayerNorm kept; layer 0's QKV tiles wait for
+    nothing, later QKV tiles for the FFN2 tiles of their rows, FFN1 tiles for the output projection's; every output
+    projection / FFN2 task also waits for a counter of its row block that all its QKV / FFN1 tiles signal (they read
+    the rows it adds into), goals recounted, the order topological, and each folded tile costs the consumer µs more."""
+    from bench.dag import levers
+    case = load_case("case03")
+    base = host.graph_for(case, n_programs=264, cost_model="h200")
+    f = levers.build(case, "ln_fold_ws", 0.0, 4, consumer_us=0.7)
+    counts = f.counts()
+    assert counts["ln1"] == counts["ln2"] == 0 and counts["lnf"] == base.counts()["lnf"]
+    assert G.topological(f) == []
+    signalled = [0] * f.n_counters
+    for t in f.tasks:
+        for c in t.signals:
+            signalled[c] += 1
+    assert signalled == list(f.goals) and all(f.goals[c] > 0 for t in f.tasks for c in t.waits)
+    tiles = {}
+    for t in f.tasks:
+        if t.kind in (G.QKV, G.FFN1):
+            tiles[(t.kind, t.layer, t.a)] = tiles.get((t.kind, t.layer, t.a), 0) + 1
+    for t in f.tasks:
+        names = [f.counter_names[c] for c in t.waits]
+        if t.kind == G.QKV:
+            assert [n[:2] for n in names] == ([] if t.layer == 0 else [("f2", t.layer - 1)]), (t.name, names)
+        if t.kind == G.FFN1:
+            assert [n[:2] for n in names] == [("o", t.layer)], (t.name, names)
+        if t.kind in (G.OPROJ, G.FFN2):
+            key = ("qkv_rows" if t.kind == G.OPROJ else "f1_rows", t.layer, t.a)
+            c = [c for c in t.waits if f.counter_names[c] == key]
+            assert len(c) == 1 and f.goals[c[0]] == tiles[(G.QKV if t.kind == G.OPROJ else G.FFN1, t.layer, t.a)]
+    cost = {(t.kind, t.layer, t.a, t.b, t.c): t.cost for t in base.tasks}
+    for t in f.tasks:
+        if t.kind in (G.QKV, G.FFN1):
+            assert t.cost == pytest.approx(cost[(t.kind, t.layer, t.a, t.b, t.c)] + 0.7)
+
+
 def test_levers_compose_in_one_graph():
     """``bench.dag.levers`` with several levers: the K split, the attention split and the LayerNorm fold all show in
     one graph (the QKV tiles doubled, no LN2 task, the long attention tasks shorter), goals recounted, the order

@@ -24,6 +24,13 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   its epilogue or A loads. The LayerNorm tasks and their links go (their consumers wait for the residual tiles
   directly); every output-projection / FFN2 task costs ``--extra-us`` more (the arrival atomic's round trip, and the
   statistics on the last split), every QKV / FFN1 tile ``--consumer-us`` more.
+* ``ln_fold_ws``: the fold as form ws would run it (docs/dag.md, what bounds it since "Results" 39): the QKV and
+  FFN1 tiles read the residual's fp32 rows in place (split by a warpgroup beside the consumer) and apply the
+  LayerNorm in their epilogue, so every LN1 (layer 0's too: the input is fp32 rows; each row block's first QKV tile
+  starts the residual as a copy of them) and every LN2 task goes, and each QKV / FFN1 tile costs ``--consumer-us``
+  more. In place means a hazard the plain fold has not: an output-projection / FFN2 task adds into rows that QKV /
+  FFN1 tiles of other heads / columns may still be reading, so it also waits for every QKV / FFN1 tile of its row
+  block (one more counter per layer and row block). No producer cost (``--extra-us`` is unused).
 
 Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
 the order given — the K splits when the graph is built, then the attention split, then the folds one after another
@@ -76,7 +83,7 @@ def _split_gemm(kind: int, extra_us: float):
     return stage
 
 
-LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold")
+LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold", "ln_fold_ws")
 
 
 def parse_levers(specs: list[str], default_extra_us: float) -> list[tuple[str, float]]:
@@ -123,6 +130,8 @@ def build(case, lever, extra_us: float = 0.3, kv_blocks: int = 4, consumer_us: f
             g = _fold(g, G.OPROJ, G.ATTN, 2.0 * t.block_q * case.D * case.dh * 3 / tf + extra)
         elif name == "ln_fold":
             g = _fold_ln(g, extra, consumer_us)
+        elif name == "ln_fold_ws":
+            g = _fold_ln_inplace(g, consumer_us)
     return g
 
 
@@ -152,6 +161,46 @@ def _fold_ln(g, producer_us: float, consumer_us: float) -> G.Graph:
         tasks.append(G.Task(x.kind, x.layer, x.a, x.b, x.c, waits=tuple(dict.fromkeys(waits)), signals=x.signals,
                             cost=cost, access=x.access, seq=x.seq))
     return _regraph(g, tasks)
+
+
+def _fold_ln_inplace(g, consumer_us: float) -> G.Graph:
+    """``g`` without any LN1 or LN2 task, the fold in place (``ln_fold_ws``, module docstring): a task that waited
+    for a removed task's counter waits for what that task waited for (nothing, for layer 0's QKV tiles) and costs
+    ``consumer_us`` more; each output-projection / FFN2 task also waits for a new counter of its (layer, row block)
+    that every QKV / FFN1 tile of that row block signals."""
+    seq = sorted(g.tasks, key=lambda x: x.seq)
+    gone = {id(x) for x in seq if x.kind in (G.LN1, G.LN2)}
+    redirect: dict = {}
+    for x in seq:
+        if id(x) in gone:
+            for c in x.signals:
+                redirect.setdefault(c, set()).update(x.waits)
+    names, extra = list(g.counter_names), {}
+
+    def rows_counter(kind, l, m):  # every QKV (kind "qkv_rows") / FFN1 ("f1_rows") tile of (l, m) signals it
+        key = (kind, l, m)
+        if key not in extra:
+            extra[key] = len(names)
+            names.append(key)
+        return extra[key]
+
+    tasks = []
+    for x in seq:
+        if id(x) in gone:
+            continue
+        waits, signals, cost = [], list(x.signals), x.cost
+        for c in x.waits:
+            waits.extend(sorted(redirect[c]) if c in redirect else [c])
+        if any(c in redirect for c in x.waits):
+            cost += consumer_us
+        if x.kind in (G.QKV, G.FFN1):
+            signals.append(rows_counter("qkv_rows" if x.kind == G.QKV else "f1_rows", x.layer, x.a))
+        elif x.kind in (G.OPROJ, G.FFN2):
+            waits.append(rows_counter("qkv_rows" if x.kind == G.OPROJ else "f1_rows", x.layer, x.a))
+        tasks.append(G.Task(x.kind, x.layer, x.a, x.b, x.c, waits=tuple(dict.fromkeys(waits)), signals=tuple(signals),
+                            cost=cost, access=x.access, seq=x.seq))
+    wide = G.Graph(g.case, g.tiling, g.tasks, list(g.goals) + [0] * len(extra), names, g.order)
+    return _regraph(wide, tasks)
 
 
 def _regraph(g, tasks: list) -> G.Graph:
@@ -207,7 +256,7 @@ def main(argv=None):
     ap.add_argument("--lever", required=True, nargs="+", metavar="NAME[:EXTRA_US]",
                     help=f"one or more of {', '.join(LEVERS)}, composed; EXTRA_US overrides --extra-us for that lever")
     ap.add_argument("--extra-us", type=float, default=0.3)
-    ap.add_argument("--consumer-us", type=float, default=0.0, help="ln_fold: µs more per QKV / FFN1 tile")
+    ap.add_argument("--consumer-us", type=float, default=0.0, help="ln_fold, ln_fold_ws: µs more per QKV / FFN1 tile")
     ap.add_argument("--kv-blocks", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--ws", action="store_true", help="form ws's costs and programs (WS) instead of tl's")
@@ -219,7 +268,8 @@ def main(argv=None):
     levers = parse_levers(a.lever, a.extra_us)
     named = " + ".join(f"{n} (extra {e} µs)" for n, e in levers)
     print(f"{'case':8} {'tasks':>6} {'crit':>7} {'q+jit':>7}   {'lever':>6} {'crit':>7} {'q+jit':>7} {'change':>7}"
-          f"  (µs; {named}" + (f", consumer {a.consumer_us} µs)" if "ln_fold" in dict(levers) else ")"))
+          f"  (µs; {named}" + (f", consumer {a.consumer_us} µs)" if {"ln_fold", "ln_fold_ws"} & set(dict(levers))
+                               else ")"))
     for c in a.cases:
         case = load_case(c)
         base = _graph(case)
