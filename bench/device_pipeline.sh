@@ -2,7 +2,8 @@
 # The pipeline on a lent H200 within one call's time (10 minutes), resumable: correctness (gate + SPEC §4 margin) of
 # every case x variant, several jobs at once on the one GPU, then every timing job alone on the GPU and the report,
 # then Nsight Compute while the budget lasts. Each stage is stopped when the budget runs out; call the script again
-# (same outputs/: the machine still warm, or outputs/ carried back) and it goes on where it stopped — Snakemake skips
+# (same outputs/: the machine still warm — a lent machine goes back after 30 s idle, so call again at once — or
+# outputs/ carried back with CARRIED=1) and it goes on where it stopped — Snakemake skips
 # the finished jobs and a stopped correctness job resumes its margin inputs (docs/pipeline.md, "The margin check").
 # Results land in outputs/ as any Snakemake run writes them; $OUT gets a tarball of outputs/ and the logs. Carry the
 # wheels (../shared/tools/device-wheels.sh .whl snakemake hydra-core ...).
@@ -61,7 +62,8 @@ rc=$?; stamp "correctness rc=$rc$(spent)"
 # a job that ran out of GPU memory beside the others wrote an `oom` result (case 9 beside cases 8, 13 and 14 at
 # 6a01225, four at once): those run again, one at a time; an `oom` then is the job's own
 oom=$(python3 -c "import glob, json
-print(' '.join(f for f in sorted(glob.glob('outputs/correctness/h200/*/*.json')) if json.load(open(f)).get('status') == 'oom'))")
+fs = sorted(glob.glob('outputs/correctness/h200/*/*.json'))
+print(' '.join(f for f in fs if json.load(open(f)).get('status') == 'oom'))")
 if [ -n "$oom" ]; then
   stamp "out of GPU memory beside other jobs, again alone: $oom"; rm -f $oom
   unlock; run_for "$(left)" snakemake --cores 1 --set-threads correctness=1 --until correctness --keep-going \
