@@ -582,8 +582,9 @@ def test_levers_ln_fold_in_place_closes_the_residual_hazard():
     nothing, later QKV tiles for the FFN2 tiles of their rows, FFN1 tiles for the output projection's; every output
     projection / FFN2 task also waits for a counter of its row block that all its QKV / FFN1 tiles signal (they read
     the rows it adds into), goals recounted, the order topological, and each folded tile costs the consumer µs more."""
+    import dataclasses
     from bench.dag import levers
-    case = load_case("case03")
+    case = dataclasses.replace(load_case("case03"), B=1, L=2)   # case 3's layers, two of them over two row blocks
     base = host.graph_for(case, n_programs=264, cost_model="h200")
     f = levers.build(case, "ln_fold_ws", 0.0, 4, consumer_us=0.7)
     counts = f.counts()
@@ -612,6 +613,13 @@ def test_levers_ln_fold_in_place_closes_the_residual_hazard():
     for t in f.tasks:
         if t.kind in (G.QKV, G.FFN1):
             assert t.cost == pytest.approx(cost[(t.kind, t.layer, t.a, t.b, t.c)] + 0.7)
+    # the accesses say the same: no hazard with the row-block waits; without them the residual is read by QKV /
+    # FFN1 tiles (and started as x by layer 0's first QKV tile of each row block) while it is added into
+    assert G.check_hazards(f) == []
+    bare = G.check_hazards(levers._fold_ln_inplace(base, 0.0, hazard_waits=False), limit=100000)
+    assert any("oproj[l1]" in b and "after qkv[l1]" in b and "(r, r/a)" in b for b in bare)
+    assert any("ffn2[l0]" in b and "after ffn1[l0]" in b and "(r, r/a)" in b for b in bare)
+    assert any("oproj[l0]" in b and "after qkv[l0]" in b and "(r, w/a)" in b for b in bare)
 
 
 def test_levers_compose_in_one_graph():

@@ -30,7 +30,8 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   starts the residual as a copy of them) and every LN2 task goes, and each QKV / FFN1 tile costs ``--consumer-us``
   more. In place means a hazard the plain fold has not: an output-projection / FFN2 task adds into rows that QKV /
   FFN1 tiles of other heads / columns may still be reading, so it also waits for every QKV / FFN1 tile of its row
-  block (one more counter per layer and row block). No producer cost (``--extra-us`` is unused).
+  block (one more counter per layer and row block; the accesses are rewritten with the tasks, so
+  ``graph.check_hazards`` proves the waits close the hazard). No producer cost (``--extra-us`` is unused).
 
 Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
 the order given — the K splits when the graph is built, then the attention split, then the folds one after another
@@ -163,11 +164,13 @@ def _fold_ln(g, producer_us: float, consumer_us: float) -> G.Graph:
     return _regraph(g, tasks)
 
 
-def _fold_ln_inplace(g, consumer_us: float) -> G.Graph:
+def _fold_ln_inplace(g, consumer_us: float, hazard_waits: bool = True) -> G.Graph:
     """``g`` without any LN1 or LN2 task, the fold in place (``ln_fold_ws``, module docstring): a task that waited
     for a removed task's counter waits for what that task waited for (nothing, for layer 0's QKV tiles) and costs
     ``consumer_us`` more; each output-projection / FFN2 task also waits for a new counter of its (layer, row block)
-    that every QKV / FFN1 tile of that row block signals."""
+    that every QKV / FFN1 tile of that row block signals (``hazard_waits``; without them ``graph.check_hazards``
+    finds the residual read by a QKV / FFN1 tile while it is added into). The accesses follow: a QKV tile reads x
+    (layer 0) or r, each row block's first QKV tile of layer 0 writes r = x, an FFN1 tile reads r."""
     seq = sorted(g.tasks, key=lambda x: x.seq)
     gone = {id(x) for x in seq if x.kind in (G.LN1, G.LN2)}
     redirect: dict = {}
@@ -193,12 +196,20 @@ def _fold_ln_inplace(g, consumer_us: float) -> G.Graph:
             waits.extend(sorted(redirect[c]) if c in redirect else [c])
         if any(c in redirect for c in x.waits):
             cost += consumer_us
+        access = x.access
         if x.kind in (G.QKV, G.FFN1):
-            signals.append(rows_counter("qkv_rows" if x.kind == G.QKV else "f1_rows", x.layer, x.a))
-        elif x.kind in (G.OPROJ, G.FFN2):
+            if hazard_waits:
+                signals.append(rows_counter("qkv_rows" if x.kind == G.QKV else "f1_rows", x.layer, x.a))
+            src = "x" if x.kind == G.QKV and x.layer == 0 else "r"
+            access = tuple(G.Access(src, 0, a.r0, a.r1, a.c0, a.c1, "r") if a.buf in ("ln1", "ln2") else a
+                           for a in x.access)
+            if x.kind == G.QKV and x.layer == 0 and x.b == 0:  # the residual starts as a copy of x's rows
+                r0, r1 = access[0].r0, access[0].r1
+                access += (G.Access("r", 0, r0, r1, 0, g.case.D, "w"),)
+        elif x.kind in (G.OPROJ, G.FFN2) and hazard_waits:
             waits.append(rows_counter("qkv_rows" if x.kind == G.OPROJ else "f1_rows", x.layer, x.a))
         tasks.append(G.Task(x.kind, x.layer, x.a, x.b, x.c, waits=tuple(dict.fromkeys(waits)), signals=tuple(signals),
-                            cost=cost, access=x.access, seq=x.seq))
+                            cost=cost, access=access, seq=x.seq))
     wide = G.Graph(g.case, g.tiling, g.tasks, list(g.goals) + [0] * len(extra), names, g.order)
     return _regraph(wide, tasks)
 
