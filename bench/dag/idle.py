@@ -27,6 +27,7 @@ def main(argv=None):
     from kernels.dag import host
     from bench.dag.ws_ab import committed_params
     from bench.dag.ws_dag import consumer_profile, idle_profile, phase_profile
+    from workflow.stages.common import write_json_atomic
     out = {}
     for cid in a.cases:
         case = load_case(cid)
@@ -50,11 +51,7 @@ def main(argv=None):
         out[case.name] = rec
         print(case.name, json.dumps(rec), flush=True)
         del p
-    os.makedirs(a.out, exist_ok=True)
-    tmp = os.path.join(a.out, ".idle.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, os.path.join(a.out, "idle.json"))
+    write_json_atomic(os.path.join(a.out, "idle.json"), out)
 
 
 if __name__ == "__main__":

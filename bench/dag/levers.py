@@ -136,25 +136,32 @@ def build(case, lever, extra_us: float = 0.3, kv_blocks: int = 4, consumer_us: f
     return g
 
 
+def _without(g, drop) -> tuple[list, dict]:
+    """The tasks of ``g`` in the sequential model's order less those ``drop(task)`` selects, and the redirection of
+    the removed tasks' counters: counter -> the counters the removed tasks that signalled it waited for."""
+    seq = sorted(g.tasks, key=lambda x: x.seq)
+    redirect: dict = {}
+    for x in seq:
+        if drop(x):
+            for c in x.signals:
+                redirect.setdefault(c, set()).update(x.waits)
+    return [x for x in seq if not drop(x)], redirect
+
+
+def _redirected(x, redirect: dict) -> list:
+    """Task ``x``'s waits with every removed counter replaced by what it stood for (``_without``)."""
+    return [r for c in x.waits for r in (sorted(redirect[c]) if c in redirect else [c])]
+
+
 def _fold_ln(g, producer_us: float, consumer_us: float) -> G.Graph:
     """``g`` without its LN1 (past layer 0) and LN2 tasks: a task that waited for a removed task's counter waits for
     what that task waited for (the residual tiles of its rows) and costs ``consumer_us`` more; the residual GEMM
     tasks those counters collect cost ``producer_us`` more; goals recounted, the critical order rebuilt."""
-    seq = sorted(g.tasks, key=lambda x: x.seq)
-    gone = {id(x) for x in seq if x.kind == G.LN2 or (x.kind == G.LN1 and x.layer > 0)}
-    redirect: dict = {}
-    for x in seq:
-        if id(x) in gone:
-            for c in x.signals:
-                redirect.setdefault(c, set()).update(x.waits)
+    kept, redirect = _without(g, lambda x: x.kind == G.LN2 or (x.kind == G.LN1 and x.layer > 0))
     collected = set().union(*redirect.values()) if redirect else set()
     tasks = []
-    for x in seq:
-        if id(x) in gone:
-            continue
-        waits, cost = [], x.cost
-        for c in x.waits:
-            waits.extend(sorted(redirect[c]) if c in redirect else [c])
+    for x in kept:
+        waits, cost = _redirected(x, redirect), x.cost
         if any(c in redirect for c in x.waits):
             cost += consumer_us
         if x.kind in (G.OPROJ, G.FFN2) and any(c in collected for c in x.signals):
@@ -171,13 +178,7 @@ def _fold_ln_inplace(g, consumer_us: float, hazard_waits: bool = True) -> G.Grap
     that every QKV / FFN1 tile of that row block signals (``hazard_waits``; without them ``graph.check_hazards``
     finds the residual read by a QKV / FFN1 tile while it is added into). The accesses follow: a QKV tile reads x
     (layer 0) or r, each row block's first QKV tile of layer 0 writes r = x, an FFN1 tile reads r."""
-    seq = sorted(g.tasks, key=lambda x: x.seq)
-    gone = {id(x) for x in seq if x.kind in (G.LN1, G.LN2)}
-    redirect: dict = {}
-    for x in seq:
-        if id(x) in gone:
-            for c in x.signals:
-                redirect.setdefault(c, set()).update(x.waits)
+    kept, redirect = _without(g, lambda x: x.kind in (G.LN1, G.LN2))
     names, extra = list(g.counter_names), {}
 
     def rows_counter(kind, l, m):  # every QKV (kind "qkv_rows") / FFN1 ("f1_rows") tile of (l, m) signals it
@@ -188,12 +189,8 @@ def _fold_ln_inplace(g, consumer_us: float, hazard_waits: bool = True) -> G.Grap
         return extra[key]
 
     tasks = []
-    for x in seq:
-        if id(x) in gone:
-            continue
-        waits, signals, cost = [], list(x.signals), x.cost
-        for c in x.waits:
-            waits.extend(sorted(redirect[c]) if c in redirect else [c])
+    for x in kept:
+        waits, signals, cost = _redirected(x, redirect), list(x.signals), x.cost
         if any(c in redirect for c in x.waits):
             cost += consumer_us
         access = x.access

@@ -247,17 +247,23 @@ def _loader(descs, bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, tra
 
 
 @gluon.jit
+def _split_slot(a_hi, a_lo, slot, sl: gl.constexpr):
+    """The slot's A pair read as x = hi + lo (16 KB, the bytes of a 64 × 64 fp32 tile) and written back as bf16(x)
+    and bf16(x − bf16(x)) (the same values); returns x."""
+    x = a_hi.index(slot).load(sl).to(gl.float32) + a_lo.index(slot).load(sl).to(gl.float32)
+    h2 = x.to(gl.bfloat16)
+    a_hi.index(slot).store(h2)
+    a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
+    return x
+
+
+@gluon.jit
 def _resplit(a_hi, a_lo, slot, rsum, rsq, sl: gl.constexpr):
     """``SPLIT``: the consumer's side of LayerNorm folded into a GEMM (an fp32 A tile split into bf16 hi / lo in shared
     memory before the products): read the slot's A pair (16 KB, the bytes of a 64 × 64 fp32 tile), x = hi + lo, write
     bf16(x) and bf16(x − bf16(x)) back (16 KB; the same values), add x and x² into the row sums; then the proxy fence
     and the warpgroup's barrier before wgmma reads the slot."""
-    hi = a_hi.index(slot).load(sl).to(gl.float32)
-    lo = a_lo.index(slot).load(sl).to(gl.float32)
-    x = hi + lo
-    h2 = x.to(gl.bfloat16)
-    a_hi.index(slot).store(h2)
-    a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
+    x = _split_slot(a_hi, a_lo, slot, sl)
     rsum += gl.sum(x, axis=1)
     rsq += gl.sum(x * x, axis=1)
     fence_async_shared()
@@ -289,12 +295,9 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
         for kk in range(KT):
             slot = g % STAGES
             mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-            x = a_hi.index(slot).load(sl).to(gl.float32) + a_lo.index(slot).load(sl).to(gl.float32)
+            x = _split_slot(a_hi, a_lo, slot, sl)
             if kk == 0:  # the mean-robust fold's row shift: the mean of the task's first 64 columns
                 m0 = gl.sum(x, axis=1) / BK
-            h2 = x.to(gl.bfloat16)   # the split as _resplit's (the same values), the sums of d = x − m0
-            a_hi.index(slot).store(h2)
-            a_lo.index(slot).store((x - h2.to(gl.float32)).to(gl.bfloat16))
             d = x - m0[:, None]
             rsum += gl.sum(d, axis=1)
             rsq += gl.sum(d * d, axis=1)

@@ -88,26 +88,17 @@ def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold) -> torch.Tensor:
     D = y.shape[-1]
     if not fold:
         return matmul(F.layer_norm(y, (D,), ln_w, ln_b, LN_EPS), w.t(), scheme) + b
-    if fold == "shift":
-        y32 = y.float()
-        m0 = y32[..., :64].sum(-1, keepdim=True) / min(D, 64)
-        d = y32 - m0
-        mean_d = d.sum(-1, keepdim=True) / D
-        var = (d * d).sum(-1, keepdim=True) / D - mean_d * mean_d
-        rstd = torch.rsqrt(var + LN_EPS).double()
-        w_f = (ln_w[:, None] * w.t()).float().double()
-        s = w_f.sum(0)
-        c = (ln_b.float() @ w.t().float() + b.float()).double()
-        return rstd * (matmul(d.double(), w_f, scheme) - mean_d.double() * s) + c
     y32 = y.float()
-    mean = y32.sum(-1, keepdim=True) / D
-    var = (y32 * y32).sum(-1, keepdim=True) / D - mean * mean
+    # the row shift: the fp32 mean of the first 64 columns ("shift"), none for the algebraic form (d = y exactly)
+    m0 = y32[..., :64].sum(-1, keepdim=True) / min(D, 64) if fold == "shift" else torch.zeros_like(y32[..., :1])
+    d = y32 - m0
+    mean_d = d.sum(-1, keepdim=True) / D                   # one-pass fp32 statistics, as a K loop accumulates them
+    var = (d * d).sum(-1, keepdim=True) / D - mean_d * mean_d
     rstd = torch.rsqrt(var + LN_EPS).double()
-    mean = mean.double()
     w_f = (ln_w[:, None] * w.t()).float().double()         # W' = diag(gamma) W, stored in fp32, [K, N]
     s = w_f.sum(0)
     c = (ln_b.float() @ w.t().float() + b.float()).double()
-    return rstd * matmul(y.float().double(), w_f, scheme) - (rstd * mean) * s + c
+    return rstd * (matmul(d.double(), w_f, scheme) - mean_d.double() * s) + c
 
 
 GEMMS = SCHEME_GEMMS  # the linear GEMMs a case config can name in ``schemes``
