@@ -716,6 +716,11 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     x = r["ws_queue_xsplit"]
     assert x["warps"] == 12 and x["shared_fence"] == 1 and x["wgmma"] == q["wgmma"], r
     assert x["acquire"] == x["release"] == 1 and x["spill_stores"] == 0 and x["shared"] <= 232448, r
+    # ws2qr: A as fp32 rows split in the consumer's registers, wgmma's A from registers: as many wgmma (six of k = 32
+    # halves a step), the same shared memory (two 64 x 32 fp32 boxes a slot), not serialized, no spills
+    rg = r["ws_queue_rega"]
+    assert rg["wgmma"] == q["wgmma"] and rg["shared"] == q["shared"] and rg["shared_fence"] == 0, r
+    assert rg["spill_stores"] == 0 and rg["wgmma_notes"] == [] and rg["acquire"] == rg["release"] == 1, r
     # ws2qf / ws2qt: the same protocol with the proxy fence in the signaller; ws2qt's two TMA stores (hi, lo) behind a
     # generic -> async proxy fence, no spills
     f, ts = r["ws_queue_fence_at_signal"], r["ws_queue_tma_store"]

@@ -75,6 +75,14 @@ per stage, static lists): time per stage is the chain's link, work included. For
   ``data`` includes the first step's split. What the LayerNorm fold would cost a QKV or FFN1 tile with the split off
   the consumer: the slot's shared memory is read and written once more a K step (16 + 16 KB beside the products'
   48 KB).
+- ``ws2qr``: the split in the consumer's registers instead of shared memory (``REGA``): the stages' activations are
+  fp32 rows (``act_f``; the epilogue stores the fp32 tile, 16 KB as the split pair), loaded by TMA as two 64 × 32
+  boxes a K step (a descriptor over the rows and one over the view 32 columns on, so both take the step's
+  coordinates); the consumer loads them into wgmma's register A-operand layout, splits them into bf16 hi / lo there
+  and issues six products of K = 32 with A from registers (B: the slot's weight tiles, sliced along K), keeps
+  per-element sums of x − m₀ and (x − m₀)² reduced once a task (applied times 0), and carries a step's A registers to
+  the next step's wait so that wgmma reads them live. No write-back, no proxy fence, no barrier on the split: what the
+  LayerNorm fold's K loop costs with the fewest shared-memory bytes (``docs/dag.md``, "Results" 40).
 - ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
   release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
 - ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a
@@ -313,10 +321,67 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
 
 
 @gluon.jit
+def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAGES: gl.constexpr,
+                 TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr):
+    """``REGA`` (form ``ws2qr``): the K loop with A as fp32 rows (the slot's A pair: columns 0–31 and 32–63 of the
+    step, two 64 × 32 fp32 TMA boxes) split into bf16 hi / lo in registers, wgmma's A from registers (B: the slot's
+    weight tiles, K halves). Step k's split runs while step k − 1's products are in flight: load and split step k,
+    wait for step k − 1's products (its registers, carried, stay live until then), free its slot, issue step k's six.
+    Row sums of d = x − m₀ (m₀: the rows' mean over the first step) kept per element and reduced once, applied
+    times 0 (the result unchanged): what the LayerNorm fold's QKV / FFN1 K loop would do."""
+    a_c0, a_c1, w_hi, w_lo = bufs   # A: the step's columns 0–31 and 32–63, fp32
+    KT: gl.constexpr = K // BK
+    HK: gl.constexpr = BK // 2
+    dl: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    ps = gl.zeros([BM, HK], gl.float32, layout=dl)
+    pq = gl.zeros([BM, HK], gl.float32, layout=dl)
+    m0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, dl))
+    h0 = gl.zeros([BM, HK], gl.bfloat16, layout=dl)
+    l0 = gl.zeros([BM, HK], gl.bfloat16, layout=dl)
+    h1 = gl.zeros([BM, HK], gl.bfloat16, layout=dl)
+    l1 = gl.zeros([BM, HK], gl.bfloat16, layout=dl)
+    for kk in range(KT):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        if kk == 0:
+            _stamp(trace_ptr, t, 1, TRACE, lay)
+        x0 = a_c0.index(slot).load(dl)
+        x1 = a_c1.index(slot).load(dl)
+        if kk == 0:
+            m0 = (gl.sum(x0, axis=1) + gl.sum(x1, axis=1)) / BK
+        d0 = x0 - m0[:, None]
+        d1 = x1 - m0[:, None]
+        ps += d0 + d1
+        pq += d0 * d0 + d1 * d1
+        nh0 = x0.to(gl.bfloat16)
+        nl0 = (x0 - nh0.to(gl.float32)).to(gl.bfloat16)
+        nh1 = x1.to(gl.bfloat16)
+        nl1 = (x1 - nh1.to(gl.float32)).to(gl.bfloat16)
+        acc = warpgroup_mma(nl0, w_hi.index(slot).slice(0, HK), acc, use_acc=kk != 0, is_async=True)
+        acc = warpgroup_mma(nh0, w_lo.index(slot).slice(0, HK), acc, is_async=True)
+        acc = warpgroup_mma(nh0, w_hi.index(slot).slice(0, HK), acc, is_async=True)
+        acc = warpgroup_mma(nl1, w_hi.index(slot).slice(HK, HK), acc, is_async=True)
+        acc = warpgroup_mma(nh1, w_lo.index(slot).slice(HK, HK), acc, is_async=True)
+        acc = warpgroup_mma(nh1, w_hi.index(slot).slice(HK, HK), acc, is_async=True)
+        # step k - 1's products done (its A registers, carried to here, free): its slot back to the loader
+        acc, h0, l0, h1, l1 = warpgroup_mma_wait(6, deps=(acc, h0, l0, h1, l1))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
+        h0, l0, h1, l1 = nh0, nl0, nh1, nl1
+        g += 1
+    acc, h0, l0, h1, l1 = warpgroup_mma_wait(0, deps=(acc, h0, l0, h1, l1))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    rsum = gl.sum(ps, axis=1)
+    rsq = gl.sum(pq, axis=1)
+    mean = rsum / K
+    rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
+    return acc + gl.convert_layout((mean + m0) * rstd * 0.0, gl.SliceLayout(1, mma))[:, None]
+
+
+@gluon.jit
 def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
                   TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
                   TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0,
-                  stage=None, xsplit=None):
+                  stage=None, xsplit=None, REGA: gl.constexpr = False):
     """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
     stores (``OUT`` 2: into the staging buffer of turn i for the signaller's TMA store), the hand-over to the
     signaller."""
@@ -334,28 +399,40 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     sl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # a 64 × 64 bf16 tile, 16 B a load
     rsum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
     rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
-    for kk in range(KT):
-        slot = g % STAGES
-        if xsplit is None:
-            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        else:  # ``XSPLIT``: the splitter warpgroup's arrive, after the TMA and its split of the slot
-            mbarrier.wait(xsplit[0].index(slot), (g // STAGES) & 1)
-        if kk == 0:
-            _stamp(trace_ptr, t, 1, TRACE, lay)
-        if SPLIT:
-            rsum, rsq = _resplit(a_hi, a_lo, slot, rsum, rsq, sl)
-        acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
-        acc = warpgroup_mma_wait(3, deps=(acc, ))
-        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
-        g += 1
-    acc = warpgroup_mma_wait(0, deps=(acc, ))
-    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    if REGA:
+        acc = _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K, STAGES, TRACE, mma, lay)
+        g += KT
+    else:
+        for kk in range(KT):
+            slot = g % STAGES
+            if xsplit is None:
+                mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+            else:  # ``XSPLIT``: the splitter warpgroup's arrive, after the TMA and its split of the slot
+                mbarrier.wait(xsplit[0].index(slot), (g // STAGES) & 1)
+            if kk == 0:
+                _stamp(trace_ptr, t, 1, TRACE, lay)
+            if SPLIT:
+                rsum, rsq = _resplit(a_hi, a_lo, slot, rsum, rsq, sl)
+            acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
+            acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot), acc, is_async=True)
+            acc = warpgroup_mma(a_hi.index(slot), w_hi.index(slot), acc, is_async=True)
+            acc = warpgroup_mma_wait(3, deps=(acc, ))
+            mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
+            g += 1
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     _stamp(trace_ptr, t, 2, TRACE, lay)
+    if REGA:  # the stats were applied times 0 in the loop's caller; the output tile as fp32 rows (16 KB, the bytes
+        # of the split pair): the next stage's A
+        offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+        gl.store(act_hi_ptr + offs, gl.convert_layout(acc, out))
+        gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+        mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
     hi = acc.to(gl.bfloat16)
     lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
-    if OUT == 2:  # the split tile into staging buffer i % 2 (free once the signaller's store of task i - 2 read it)
+    if REGA:
+        pass
+    elif OUT == 2:  # the split tile into staging buffer i % 2 (free once the signaller's store of task i - 2 read it)
         st_hi, st_lo = stage
         mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
         st_hi.index(i % 2).store(hi)
@@ -392,7 +469,7 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
 def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
               nprog, n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr,
               ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False,
-              OUT: gl.constexpr = 0, stage=None, xsplit=None):
+              OUT: gl.constexpr = 0, stage=None, xsplit=None, REGA: gl.constexpr = False):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -402,7 +479,8 @@ def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr
         t = _recv(tids, tid_full, tid_free, 0, lay)
         while t >= 0:
             _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i,
-                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage, xsplit)
+                          g, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage, xsplit,
+                          REGA)
             g += KT
             i += 1
             t = _recv(tids, tid_full, tid_free, i, lay)
@@ -482,11 +560,19 @@ XSPLIT_REGS = gl.constexpr(128)  # the splitter warpgroup's setmaxnreg (ws2qx): 
 def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr, err_ptr, trace_ptr, head_ptr, base,
              n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
              QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
-             SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0, XSPLIT: gl.constexpr = False):
-    a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
+             SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0, XSPLIT: gl.constexpr = False,
+             REGA: gl.constexpr = False):
+    if REGA:  # ``ws2qr``: A as fp32 rows, two 64 × 32 boxes a step (ahi_d: columns 0–31, alo_d: 32–63), 16 KB as the
+        # bf16 pair's
+        a_hi = gl.allocate_shared_memory(gl.float32, [STAGES, BM, BK // 2], ahi_d.layout)
+        a_lo = gl.allocate_shared_memory(gl.float32, [STAGES, BM, BK // 2], alo_d.layout)
+        w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BK, BN], whi_d.layout)
+        w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BK, BN], wlo_d.layout)
+    else:
+        a_hi, a_lo, w_hi, w_lo = operand_ring(ahi_d, alo_d, whi_d, wlo_d, STAGES)
     NSTG: gl.constexpr = 2 if OUT == 2 else 1   # OUT 2: a staging pair per hand-over turn (else unused: not kept)
-    stage = (gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout),
-             gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], ahi_d.layout))
+    stage = (gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], whi_d.layout),
+             gl.allocate_shared_memory(gl.bfloat16, [NSTG, BM, BN], whi_d.layout))
     ready, empty, done, sig_free = _pipe_barriers(STAGES)
     tid_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     tid_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -527,7 +613,8 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
         return
     gl.warp_specialize([
         (_consumer, (bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr,
-                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage)),
+                     pid, nprog, n_tasks, TPS, NTN, M, K, STAGES, QUEUE, ATOMIC, TRACE, num_warps, SPLIT, OUT, stage,
+                     None, REGA)),
         (_loader, ((ahi_d, alo_d, whi_d, wlo_d), bufs, ready, empty, sig_free, tid_ring, ctr_ptr, err_ptr, trace_ptr,
                    head_ptr, base, pid, nprog, n_tasks, TPS, NTN, MB, M, K, goal, spin_limit, STAGES, MODE, QUEUE,
                    TRACE)),
@@ -611,7 +698,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
 
 
 FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs",
-         "ws2qx", "ws2qf", "ws2qt")
+         "ws2qx", "ws2qf", "ws2qt", "ws2qr")
 OUT_OF_SUFFIX = {"f": 1, "t": 2}   # a form's last letter -> ``OUT`` (0: the consumer's stores and proxy fence)
 
 
@@ -648,6 +735,9 @@ class Chain:
         self.MB, self.NTN = M // TILE, K // TILE
         self.TPS = self.MB * self.NTN
         self.n_tasks = L * self.TPS
+        # ws2qr's activations: fp32 rows (stage 0: hi + lo, exact), split in the consumer's registers
+        self.act_f = torch.zeros((L + 1) * M, K, dtype=torch.float32, device=device)
+        self.act_f[:M] = self.act_hi[:M].float() + self.act_lo[:M].float()
         self.r = torch.zeros(M, K, dtype=torch.float32, device=device)  # the atomic forms' residual
         self.ctr = torch.zeros(L * self.MB, dtype=torch.int32, device=device)
         self.err = torch.zeros(1, dtype=torch.int32, device=device)
@@ -667,6 +757,15 @@ class Chain:
             self._descs = (*a, *w)
         return self._descs
 
+    def descs_f(self):
+        """ws2qr's descriptors: A as fp32 64 × 32 boxes (columns 0–31 of a step, and through a view 32 columns on,
+        32–63: the same coordinates), the bf16 weight pair as the other forms'."""
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        lf = gl.NVMMASharedLayout.get_default_for([TILE, TILE // 2], gl.float32)
+        a = [TensorDescriptor(t, list(t.shape), list(t.stride()), [TILE, TILE // 2], lf)
+             for t in (self.act_f, self.act_f[:, TILE // 2:])]
+        return (*a, *self.descs()[2:])
+
     def reset(self, zero_acts: bool = False):
         self.ctr.zero_()
         self.err.zero_()
@@ -675,6 +774,7 @@ class Chain:
         if zero_acts:
             self.act_hi[self.M:].zero_()
             self.act_lo[self.M:].zero_()
+            self.act_f[self.M:].zero_()
             self.r.zero_()
 
     def launch(self, form: str, trace: bool = False, spin_limit: int = 2_000_000, grid: int = 0):
@@ -695,16 +795,22 @@ class Chain:
         else:
             # the queue's head advances by every task and one empty ticket per program each launch
             base = (self.epoch - 1) * (self.n_tasks + grid[0])
-            self.kernel = chain_ws[grid](*self.descs(), self.act_hi, self.act_lo, self.r, self.ctr, self.err,
+            rega = form.endswith("r")
+            self.kernel = chain_ws[grid](*(self.descs_f() if rega else self.descs()),
+                                         self.act_f if rega else self.act_hi, self.act_lo, self.r, self.ctr, self.err,
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
                                          self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
                                          QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4,
                                          SPLIT=form.endswith("s"), OUT=OUT_OF_SUFFIX.get(form[-1], 0),
-                                         XSPLIT=form.endswith("x"))
+                                         XSPLIT=form.endswith("x"), REGA=rega)
+        self.form = form
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
-        out = self.act_hi[self.L * self.M:].double() + self.act_lo[self.L * self.M:].double()
+        if getattr(self, "form", "").endswith("r"):  # ws2qr's fp32 rows
+            out = self.act_f[self.L * self.M:].double()
+        else:
+            out = self.act_hi[self.L * self.M:].double() + self.act_lo[self.L * self.M:].double()
         ref = self.ref.to(out.device)
         return float((out - ref).abs().max() / ref.abs().max())
 
@@ -771,7 +877,7 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
 
 
 def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False, split: bool = False,
-                out: int = 0, xsplit: bool = False) -> dict:
+                out: int = 0, xsplit: bool = False, rega: bool = False) -> dict:
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
     slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
@@ -784,14 +890,18 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     t = torch.empty(1024, 1024, dtype=torch.bfloat16)
     lay = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
     descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lay)] * 4
+    if rega:
+        tf = torch.empty(1024, 1024, dtype=torch.float32)
+        lf = gl.NVMMASharedLayout.get_default_for([TILE, TILE // 2], gl.float32)
+        descs[:2] = [TensorDescriptor(tf, [1024, 1024], [1024, 1], [TILE, TILE // 2], lf)] * 2
     names = list(kern.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
-    sig.update(act_hi_ptr="*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64")
+    sig.update(act_hi_ptr="*fp32" if rega else "*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64")
     sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
     cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
     if not two:
         sig.update(head_ptr="*i32", base="i32")
-        cex.update(MODE=2, QUEUE=queue, SPLIT=split, OUT=out, XSPLIT=xsplit)
+        cex.update(MODE=2, QUEUE=queue, SPLIT=split, OUT=out, XSPLIT=xsplit, REGA=rega)
     sig.update({n: "constexpr" for n in cex})
     sig = {n: sig[n] for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
@@ -841,6 +951,7 @@ def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
                 ws_queue_atomic=_compile_ws(True, K, stages, atomic=True),
                 ws_queue_split=_compile_ws(True, K, stages, split=True),
                 ws_queue_xsplit=_compile_ws(True, K, stages, xsplit=True),
+                ws_queue_rega=_compile_ws(True, K, stages, rega=True),
                 ws_queue_fence_at_signal=_compile_ws(True, K, stages, out=1),
                 ws_queue_tma_store=_compile_ws(True, K, stages, out=2), ws_s2c=_compile_ws(False, K, stages_2c),
                 ws2c=_compile_ws(False, K, stages_2c, two=True),
