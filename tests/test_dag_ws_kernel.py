@@ -59,6 +59,9 @@ def test_ws_kernel_compiles_for_sm90_with_its_protocol(compiled, name):
     assert r["mbarrier_wait"] > 0 and r["mbarrier_arrive"] > 0, r
     assert r["warps"] == 8 and r["shared"] <= 232448, r           # 4 consumer warps + the workers' warpgroup
     assert r["spill_stores"] in (0, None), r
+    # the bf16 splits convert two elements an instruction (PACK_HI): one cvt.rn.bf16.f32 an element for every hi
+    # part was 288 scalar against 128 pairs on case 12; left scalar: the softmax's p_lo, which ptxas pairs itself
+    assert r["cvt_bf16x2"] > 4 * r["cvt_bf16"] > 0, r
 
 
 @pytest.mark.parametrize("name", ["case02", "case12"])

@@ -797,7 +797,8 @@ def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict
                    mbarrier_arrive=ptx.count("mbarrier.arrive"), setmaxnreg=ptx.count("setmaxnreg"),
                    f32_atomics=sum(1 for ln in ptx.splitlines() if ".global" in ln and ".add" in ln and "f32" in ln
                                    and ("red." in ln or "atom." in ln)),
-                   ex2=ptx.count("ex2.approx"))
+                   ex2=ptx.count("ex2.approx"), cvt_bf16=ptx.count("cvt.rn.bf16.f32"),
+                   cvt_bf16x2=ptx.count("cvt.rn.bf16x2.f32"))
         rec.update(_ptxas(ptx))
         out[case.name] = rec
     return out

@@ -147,11 +147,24 @@ _FENCE_PROXY = gl.constexpr("fence.proxy.async.global;\n\tmov.b32 $0, 0;")
 _NOW = gl.constexpr("mov.u64 $0, %globaltimer;")
 _SMID = gl.constexpr("mov.u32 $0, %smid;")
 _EX2 = gl.constexpr("ex2.approx.ftz.f32 $0, $1;")
+# fp32 -> bf16, round to nearest even, two elements an instruction ($1 the low half, $2 the high)
+_CVT_BF16X2 = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
 
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # attention (FA3's overlap within one warpgroup; also the lab's bench.dag.ws_attn)
+
+@gluon.jit
+def _to_bf16(x, PACK_HI: gl.constexpr):
+    """fp32 -> bf16, round to nearest even. ``PACK_HI``: two elements an instruction (``cvt.rn.bf16x2.f32``, SASS
+    F2FP.PACK_AB) where ``x.to(bf16)`` on its own compiles to one F2F a element (the same bits either way); the lab's
+    A/B (``@PACK_HI=0``)."""
+    if PACK_HI:
+        return gl.inline_asm_elementwise(_CVT_BF16X2, "=r,r,r", [x], dtype=gl.bfloat16, is_pure=True, pack=2)
+    else:
+        return x.to(gl.bfloat16)
+
 
 @gluon.jit
 def _qk3(q_hi, q_lo, k_hi, k_lo, s0):
@@ -172,7 +185,8 @@ def _pv3(p_hi, p_lo, v_hi, v_lo, acc):
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexpr, dot: gl.constexpr):
+def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexpr, dot: gl.constexpr,
+             PACK_HI: gl.constexpr = False):
     """One key block of ``_attn_block``'s online softmax, in the wgmma accumulator's layout: keys past the query
     masked on the diagonal block (causal), m and l updated, p = exp2(s·scale − m) split into bf16 hi/lo in the
     wgmma A-operand layout. Returns (m, alpha, l, p_hi, p_lo)."""
@@ -185,7 +199,7 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s * qk_scale - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, axis=1)
-    p_hi = p.to(gl.bfloat16)
+    p_hi = _to_bf16(p, PACK_HI)
     p_lo = (p - p_hi.to(gl.float32)).to(gl.bfloat16)
     return m_new, alpha, l_i, gl.convert_layout(p_hi, dot), gl.convert_layout(p_lo, dot)
 
@@ -193,7 +207,7 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = False):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -209,7 +223,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     if not KV_ONE_BARRIER:
         mbarrier.arrive(k_empty.index(slot))
     mbarrier.arrive(q_empty, pred=nkv == 1)
-    m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot)
+    m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot, PACK_HI)
     for j in range(1, nkv):
         cur = (g + j) % STAGES
         prev = (g + j - 1) % STAGES
@@ -222,7 +236,8 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         if not KV_ONE_BARRIER:
             mbarrier.arrive(k_empty.index(cur))
         mbarrier.arrive(q_empty, pred=j == nkv - 1)
-        m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot)
+        m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot,
+                                                  PACK_HI)
         acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))  # block j - 1's p·v done
         mbarrier.arrive(v_empty.index(prev))
         acc = acc * alpha[:, None]
@@ -562,22 +577,23 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
 # consumer (one warpgroup): the arithmetic of kernels/dag/kernel.py
 
 @gluon.jit
-def _split(x, SCHEME: gl.constexpr):
+def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr = False):
     """fp32 -> (hi, lo): bf16 parts (bf16x3) or fp16 parts (f16_w1), round to nearest each (tl_helpers.split_bf16 /
     split_f16 with GPU=True)."""
     if SCHEME == "f16_w1":
         hi = x.to(gl.float16)
         lo = (x - hi.to(gl.float32)).to(gl.float16)
     else:
-        hi = x.to(gl.bfloat16)
+        hi = _to_bf16(x, PACK_HI)
         lo = (x - hi.to(gl.float32)).to(gl.bfloat16)
     return hi, lo
 
 
 @gluon.jit
-def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr):
+def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr,
+                 PACK_HI: gl.constexpr = False):
     """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores)."""
-    hi, lo = _split(x, SCHEME)
+    hi, lo = _split(x, SCHEME, PACK_HI)
     hi = gl.convert_layout(hi, out)
     lo = gl.convert_layout(lo, out)
     gl.store(hi_ptr + offs, hi, mask=mask)
@@ -643,7 +659,8 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
 
 @gluon.jit
 def _qkv_epilogue(acc, bias, l, row0, col0, q_hi_ptr, q_lo_ptr, B: gl.constexpr, S: gl.constexpr,
-                  D: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
+                  D: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
+                  PACK_HI: gl.constexpr):
     """kernel.py ``_qkv_epilogue``: + bias, split bf16, stored head-major ([L, 3, B, H, S, 64]); per column its part
     and head (a 128-wide tile spans two heads, or the end of one part and the start of the next)."""
     M: gl.constexpr = B * S
@@ -659,13 +676,13 @@ def _qkv_epilogue(acc, bias, l, row0, col0, q_hi_ptr, q_lo_ptr, B: gl.constexpr,
     row_off = bb * (H * S * DH) + (rows - bb * S) * DH
     offs = l * (3 * M * D) + row_off[:, None] + col_off[None, :]
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    _store_split(q_hi_ptr, q_lo_ptr, offs, mask, acc, "bf16x3", out)
+    _store_split(q_hi_ptr, q_lo_ptr, offs, mask, acc, "bf16x3", out, PACK_HI)
 
 
 @gluon.jit
 def _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M: gl.constexpr, D: gl.constexpr,
                    SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
-                   out: gl.constexpr):
+                   out: gl.constexpr, PACK_HI: gl.constexpr):
     """kernel.py ``_ffn1_epilogue``: + bias, GELU, split (FFN2's scheme), stored into [4, M, D] (column c in block
     c // D)."""
     F: gl.constexpr = 4 * D
@@ -678,7 +695,7 @@ def _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M: gl.constexpr
     cols = col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, out))
     offs = rows[:, None] * D + ((cols // D) * (M * D) + cols % D)[None, :]
     mask = (rows < M)[:, None] & (cols < F)[None, :]
-    _store_split(f_hi_ptr, f_lo_ptr, offs, mask, acc, SCHEME_FFN2, out)
+    _store_split(f_hi_ptr, f_lo_ptr, offs, mask, acc, SCHEME_FFN2, out, PACK_HI)
 
 
 @gluon.jit
@@ -700,7 +717,7 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -708,15 +725,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT)
+                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
     return g
 
 
@@ -727,7 +744,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
@@ -766,26 +783,27 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     row0 = m * T64
     col0 = n * BN
     if EPI == "qkv":
-        _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
+        _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out, PACK_HI)
     elif EPI == "rest":
         _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M, D, SCHEME_FFN2, GELU, BN, mma, out,
-                                   acc_out)
+                                   acc_out, PACK_HI)
     elif kind == 1:
-        _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out)
+        _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out, PACK_HI)
     else:
         _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M, D, SCHEME_FFN2, GELU, BN, mma, out,
-                                   acc_out)
+                                   acc_out, PACK_HI)
     return g
 
 
 @gluon.jit
 def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.constexpr, D: gl.constexpr,
                                SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
-                               out: gl.constexpr, acc_out: gl.constexpr):
+                               out: gl.constexpr, acc_out: gl.constexpr, PACK_HI: gl.constexpr):
     """FFN1's epilogue (kind 5) or the residual one (output projection, FFN2)."""
     r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
     if kind == 5:
-        _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out)
+        _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out,
+                       PACK_HI)
     else:
         _residual_epilogue(acc, bias, s, row0, col0, r_ptr, M, D, BN, acc_out)
 
@@ -793,7 +811,8 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 @gluon.jit
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
-               STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr):
+               STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
+               PACK_HI: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -822,13 +841,14 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
     acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
-                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64)
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
+                               PACK_HI)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
     qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
     _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
-                 SCHEME_O, out)
+                 SCHEME_O, out, PACK_HI)
     return g + nkv
 
 
@@ -836,7 +856,7 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
 def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
              ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr,
              M: gl.constexpr, D: gl.constexpr, BLOCK_M_LN: gl.constexpr, BD: gl.constexpr, ROWS: gl.constexpr,
-             SCHEME_QKV: gl.constexpr, SCHEME_FFN1: gl.constexpr, lnl: gl.constexpr):
+             SCHEME_QKV: gl.constexpr, SCHEME_FFN1: gl.constexpr, lnl: gl.constexpr, PACK_HI: gl.constexpr):
     """kernel.py ``_ln_task``: LayerNorm rows i * BLOCK_M_LN …, kind 0 → split LN1 (layer 0 reads x and writes
     r = x), kind 4 → split LN2, kind 7 → y (fp32); two-pass fp32 statistics (tl_helpers.layernorm_rows)."""
     first = (kind == 0) & (l == 0)
@@ -868,11 +888,11 @@ def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr
         rstd = 1.0 / gl.sqrt(var + LN_EPS)
         y = xc * rstd[:, None] * w[None, :] + bias[None, :]
         if kind == 0:
-            hi, lo = _split(y, SCHEME_QKV)
+            hi, lo = _split(y, SCHEME_QKV, PACK_HI)
             gl.store(ln1_hi_ptr + offs, hi, mask=mask)
             gl.store(ln1_lo_ptr + offs, lo, mask=mask)
         elif kind == 4:
-            hi, lo = _split(y, SCHEME_FFN1)
+            hi, lo = _split(y, SCHEME_FFN1, PACK_HI)
             gl.store(ln2_hi_ptr + offs, hi, mask=mask)
             gl.store(ln2_lo_ptr + offs, lo, mask=mask)
         else:
@@ -888,7 +908,7 @@ def _consumer(smem, bufs, qk_scale,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
               PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
-              CID: gl.constexpr):
+              CID: gl.constexpr, PACK_HI: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -920,15 +940,15 @@ def _consumer(smem, bufs, qk_scale,
         if (kind == 0) | (kind == 4) | (kind == 7):
             _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
                      ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
-                     SCHEME_QKV, SCHEME_FFN1, lnl)
+                     SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -1000,7 +1020,8 @@ def dag_ws_fwd(
     GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
-    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, num_warps: gl.constexpr,
+    PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, PACK_HI: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1048,7 +1069,7 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
@@ -1061,10 +1082,10 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
@@ -1233,6 +1254,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 PACKED_HANDOFF=True,    # a hand-over slot whole in every thread (False: a word a lane; the lab's A/B)
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
+                PACK_HI=True,           # bf16 hi parts two a conversion (False: one F2F a element; the lab's A/B)
                 num_warps=4)
 
 
