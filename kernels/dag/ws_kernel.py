@@ -160,7 +160,7 @@ def _to_bf16(x, PACK_HI: gl.constexpr):
     """fp32 -> bf16, round to nearest even. ``PACK_HI``: two elements an instruction (``cvt.rn.bf16x2.f32``, SASS
     F2FP.PACK_AB) where ``x.to(bf16)`` on its own compiles to one F2F a element (the same bits either way); the lab's
     A/B (``@PACK_HI=0``)."""
-    if PACK_HI != 0:
+    if PACK_HI:
         return gl.inline_asm_elementwise(_CVT_BF16X2, "=r,r,r", [x], dtype=gl.bfloat16, is_pure=True, pack=2)
     else:
         return x.to(gl.bfloat16)
@@ -593,12 +593,9 @@ def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr = False):
 def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr,
                  PACK_HI: gl.constexpr = False):
     """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores)."""
-    if PACK_HI == 2:   # lab: the fp32 tile through shared memory once, split in the store layout
-        hi, lo = _split(gl.convert_layout(x, out), SCHEME, True)
-    else:
-        hi, lo = _split(x, SCHEME, PACK_HI)
-        hi = gl.convert_layout(hi, out)
-        lo = gl.convert_layout(lo, out)
+    hi, lo = _split(x, SCHEME, PACK_HI)
+    hi = gl.convert_layout(hi, out)
+    lo = gl.convert_layout(lo, out)
     gl.store(hi_ptr + offs, hi, mask=mask)
     gl.store(lo_ptr + offs, lo, mask=mask)
 
