@@ -721,6 +721,10 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     rg = r["ws_queue_rega"]
     assert rg["wgmma"] == q["wgmma"] and rg["shared"] == q["shared"] and rg["shared_fence"] == 0, r
     assert rg["spill_stores"] == 0 and rg["wgmma_notes"] == [] and rg["acquire"] == rg["release"] == 1, r
+    # ws2qrp: the same with its split's conversions paired (no scalar bf16 conversion left in the K loop's split)
+    rp = r["ws_queue_rega_packed"]
+    assert rp["wgmma"] == rg["wgmma"] and rp["spill_stores"] == 0 and rp["wgmma_notes"] == [], r
+    assert rp["cvt_bf16x2"] > rg["cvt_bf16x2"] and rp["cvt_bf16"] < rg["cvt_bf16"], r
     # ws2qf / ws2qt: the same protocol with the proxy fence in the signaller; ws2qt's two TMA stores (hi, lo) behind a
     # generic -> async proxy fence, no spills
     f, ts = r["ws_queue_fence_at_signal"], r["ws_queue_tma_store"]

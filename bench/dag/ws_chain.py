@@ -82,7 +82,10 @@ per stage, static lists): time per stage is the chain's link, work included. For
   and issues six products of K = 32 with A from registers (B: the slot's weight tiles, sliced along K), keeps
   per-element sums of x − m₀ and (x − m₀)² reduced once a task (applied times 0), and carries a step's A registers to
   the next step's wait so that wgmma reads them live. No write-back, no proxy fence, no barrier on the split: what the
-  LayerNorm fold's K loop costs with the fewest shared-memory bytes (``docs/dag.md``, "Results" 40).
+  LayerNorm fold's K loop costs with the fewest shared-memory bytes (``docs/dag.md``, "Results" 40). Its conversions
+  are ``x.to(bf16)``, one F2F an element in the SASS (``REGA`` 1).
+- ``ws2qrp``: ``ws2qr`` with the conversions two elements an instruction (``cvt.rn.bf16x2.f32``, F2FP.PACK_AB;
+  ``REGA`` 2), as the kernel's splits since ``PACK_HI``.
 - ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
   release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
 - ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a
@@ -136,6 +139,7 @@ _RELEASE_LANE0 = tl.constexpr("{ .reg .pred p; .reg .b32 t; mov.u32 t, %laneid; 
                   "@p red.release.gpu.global.add.s32 [$1], 1; }\n\tmov.b32 $0, 0;")
 _FENCE_PROXY = tl.constexpr("fence.proxy.async.global;\n\tmov.b32 $0, 0;")
 _NOW = tl.constexpr("mov.u64 $0, %globaltimer;")
+_CVT_BF16X2 = tl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
 
 
 @gluon.jit
@@ -321,8 +325,18 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
 
 
 @gluon.jit
+def _bf16(x, PACK: gl.constexpr):
+    """fp32 -> bf16 (round to nearest even); PACK: two elements an instruction (``cvt.rn.bf16x2.f32``, SASS
+    F2FP.PACK_AB; ``kernels/dag/ws_kernel.py``'s ``PACK_HI``), else ``x.to(bf16)`` (one F2F an element here)."""
+    if PACK:
+        return gl.inline_asm_elementwise(_CVT_BF16X2, "=r,r,r", [x], dtype=gl.bfloat16, is_pure=True, pack=2)
+    else:
+        return x.to(gl.bfloat16)
+
+
+@gluon.jit
 def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAGES: gl.constexpr,
-                 TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr):
+                 TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr, PACK: gl.constexpr = False):
     """``REGA`` (form ``ws2qr``): the K loop with A as fp32 rows (the slot's A pair: columns 0–31 and 32–63 of the
     step, two 64 × 32 fp32 TMA boxes) split into bf16 hi / lo in registers, wgmma's A from registers (B: the slot's
     weight tiles, K halves). Step k's split runs while step k − 1's products are in flight: load and split step k,
@@ -353,10 +367,10 @@ def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
         d1 = x1 - m0[:, None]
         ps += d0 + d1
         pq += d0 * d0 + d1 * d1
-        nh0 = x0.to(gl.bfloat16)
-        nl0 = (x0 - nh0.to(gl.float32)).to(gl.bfloat16)
-        nh1 = x1.to(gl.bfloat16)
-        nl1 = (x1 - nh1.to(gl.float32)).to(gl.bfloat16)
+        nh0 = _bf16(x0, PACK)
+        nl0 = _bf16(x0 - nh0.to(gl.float32), PACK)
+        nh1 = _bf16(x1, PACK)
+        nl1 = _bf16(x1 - nh1.to(gl.float32), PACK)
         acc = warpgroup_mma(nl0, w_hi.index(slot).slice(0, HK), acc, use_acc=kk != 0, is_async=True)
         acc = warpgroup_mma(nh0, w_lo.index(slot).slice(0, HK), acc, is_async=True)
         acc = warpgroup_mma(nh0, w_hi.index(slot).slice(0, HK), acc, is_async=True)
@@ -400,7 +414,7 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     rsum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
     rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
     if REGA:
-        acc = _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K, STAGES, TRACE, mma, lay)
+        acc = _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K, STAGES, TRACE, mma, lay, REGA == 2)
         g += KT
     else:
         for kk in range(KT):
@@ -561,7 +575,7 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
              n_tasks, TPS, NTN, MB, M, goal, spin_limit, K: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr,
              QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
              SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0, XSPLIT: gl.constexpr = False,
-             REGA: gl.constexpr = False):
+             REGA: gl.constexpr = 0):
     if REGA:  # ``ws2qr``: A as fp32 rows, two 64 × 32 boxes a step (ahi_d: columns 0–31, alo_d: 32–63), 16 KB as the
         # bf16 pair's
         a_hi = gl.allocate_shared_memory(gl.float32, [STAGES, BM, BK // 2], ahi_d.layout)
@@ -698,7 +712,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
 
 
 FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs",
-         "ws2qx", "ws2qf", "ws2qt", "ws2qr")
+         "ws2qx", "ws2qf", "ws2qt", "ws2qr", "ws2qrp")
 OUT_OF_SUFFIX = {"f": 1, "t": 2}   # a form's last letter -> ``OUT`` (0: the consumer's stores and proxy fence)
 
 
@@ -795,7 +809,7 @@ class Chain:
         else:
             # the queue's head advances by every task and one empty ticket per program each launch
             base = (self.epoch - 1) * (self.n_tasks + grid[0])
-            rega = form.endswith("r")
+            rega = 2 if form.endswith("rp") else int(form.endswith("r"))
             self.kernel = chain_ws[grid](*(self.descs_f() if rega else self.descs()),
                                          self.act_f if rega else self.act_hi, self.act_lo, self.r, self.ctr, self.err,
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
@@ -807,7 +821,7 @@ class Chain:
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
-        if getattr(self, "form", "").endswith("r"):  # ws2qr's fp32 rows
+        if getattr(self, "form", "").endswith(("r", "rp")):  # ws2qr's / ws2qrp's fp32 rows
             out = self.act_f[self.L * self.M:].double()
         else:
             out = self.act_hi[self.L * self.M:].double() + self.act_lo[self.L * self.M:].double()
@@ -877,7 +891,7 @@ def measure(form: str, L: int, M: int, K: int, reps: int, trace: bool, grid: int
 
 
 def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: bool = False, split: bool = False,
-                out: int = 0, xsplit: bool = False, rega: bool = False) -> dict:
+                out: int = 0, xsplit: bool = False, rega: int = 0) -> dict:
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
     slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
@@ -914,6 +928,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
                 release=ptx.count("red.release.gpu"), acquire=ptx.count("ld.acquire.gpu"),
                 proxy_fence=ptx.count("fence.proxy.async.global"), shared_fence=ptx.count("fence.proxy.async.shared"),
                 setmaxnreg=ptx.count("setmaxnreg"), atomics=ptx.count("atom.global"), f32_adds=_f32_adds(ptx),
+                cvt_bf16=ptx.count("cvt.rn.bf16.f32"), cvt_bf16x2=ptx.count("cvt.rn.bf16x2.f32"),
                 maxnreg=sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
                 **{key: rep[key] for key in ("spill_stores", "spill_loads", "wgmma_notes")})
 
@@ -951,7 +966,8 @@ def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
                 ws_queue_atomic=_compile_ws(True, K, stages, atomic=True),
                 ws_queue_split=_compile_ws(True, K, stages, split=True),
                 ws_queue_xsplit=_compile_ws(True, K, stages, xsplit=True),
-                ws_queue_rega=_compile_ws(True, K, stages, rega=True),
+                ws_queue_rega=_compile_ws(True, K, stages, rega=1),
+                ws_queue_rega_packed=_compile_ws(True, K, stages, rega=2),
                 ws_queue_fence_at_signal=_compile_ws(True, K, stages, out=1),
                 ws_queue_tma_store=_compile_ws(True, K, stages, out=2), ws_s2c=_compile_ws(False, K, stages_2c),
                 ws2c=_compile_ws(False, K, stages_2c, two=True),
