@@ -39,7 +39,9 @@ Three partitions (``gl.warp_specialize``):
   (``_overlap_blocks``: q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory, kᵀ a transposed view of the
   k tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
   ``acc * alpha``; the online softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block
-  j − 1's p·v). Then a barrier of its 128 threads and the task into a 2-slot ring to the signaller (``done`` /
+  j − 1's p·v). Every bf16 split converts its hi part two elements an instruction (``PACK_HI``: ``cvt.rn.bf16x2.f32``;
+  ``x.to(bf16)`` compiles to one F2F an element, 0.9–1.5% of the forward pass, docs/dag.md "Results" 40). Then a
+  barrier of its 128 threads and the task into a 2-slot ring to the signaller (``done`` /
   ``sig_free`` mbarriers); the consumer goes on to its next task while its stores drain.
 - **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then ``fence.proxy.async.global`` (the
   task's generic stores are read by TMA elsewhere) and one ``red.release.gpu.add`` of 1 per counter the task signals
