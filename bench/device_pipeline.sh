@@ -8,6 +8,9 @@
 # Results land in outputs/ as any Snakemake run writes them; $OUT gets a tarball of outputs/ and the logs. Carry the
 # wheels (../shared/tools/device-wheels.sh .whl snakemake hydra-core ...).
 #   MKH_GIT_COMMIT=<commit> bash bench/device_pipeline.sh
+# <commit>: the full hash of the tree sent, taken on the sending side (`git rev-parse HEAD` there). On a lent machine
+# the copy's own git metadata is the checkout's base, not the tree sent: `$(git rev-parse HEAD)` run there names the
+# wrong commit (it did once, at 410a1d6's run).
 # env: CASES (default [case02,case03,case04,case12]; `all` = the 14 cases), VARIANTS (default [auto,dag,hybrid]:
 #      auto, the dag kernel and the CUDA-graph hybrid side by side), NCU_VARIANTS (default [dag]), NCU_BUDGET (s,
 #      default 120; 0 = no ncu), CORRECTNESS_JOBS (correctness jobs at once on the one GPU, default 8: right for the
