@@ -127,6 +127,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from bench.seqres.gluon_gemm import operand_ring
 from kernels.common import task_sync
+from kernels.dag.ws_kernel import _to_bf16   # the kernel's fp32 -> bf16 (PACK_HI: two an instruction)
 
 TILE = 64  # rows, columns and K step of every tile (host side)
 BM = tl.constexpr(TILE)
@@ -139,7 +140,6 @@ _RELEASE_LANE0 = tl.constexpr("{ .reg .pred p; .reg .b32 t; mov.u32 t, %laneid; 
                   "@p red.release.gpu.global.add.s32 [$1], 1; }\n\tmov.b32 $0, 0;")
 _FENCE_PROXY = tl.constexpr("fence.proxy.async.global;\n\tmov.b32 $0, 0;")
 _NOW = tl.constexpr("mov.u64 $0, %globaltimer;")
-_CVT_BF16X2 = tl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
 
 
 @gluon.jit
@@ -325,22 +325,13 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
 
 
 @gluon.jit
-def _bf16(x, PACK: gl.constexpr):
-    """fp32 -> bf16 (round to nearest even); PACK: two elements an instruction (``cvt.rn.bf16x2.f32``, SASS
-    F2FP.PACK_AB; ``kernels/dag/ws_kernel.py``'s ``PACK_HI``), else ``x.to(bf16)`` (one F2F an element here)."""
-    if PACK:
-        return gl.inline_asm_elementwise(_CVT_BF16X2, "=r,r,r", [x], dtype=gl.bfloat16, is_pure=True, pack=2)
-    else:
-        return x.to(gl.bfloat16)
-
-
-@gluon.jit
 def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAGES: gl.constexpr,
                  TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr, PACK: gl.constexpr = False):
     """``REGA`` (form ``ws2qr``): the K loop with A as fp32 rows (the slot's A pair: columns 0–31 and 32–63 of the
     step, two 64 × 32 fp32 TMA boxes) split into bf16 hi / lo in registers, wgmma's A from registers (B: the slot's
     weight tiles, K halves). Step k's split runs while step k − 1's products are in flight: load and split step k,
-    wait for step k − 1's products (its registers, carried, stay live until then), free its slot, issue step k's six.
+    issue its six products, then wait for step k − 1's (its A registers, carried to that wait, stay live until then)
+    and free its slot. PACK: the conversions two elements an instruction (``ws2qrp``, the kernel's ``_to_bf16``).
     Row sums of d = x − m₀ (m₀: the rows' mean over the first step) kept per element and reduced once, applied
     times 0 (the result unchanged): what the LayerNorm fold's QKV / FFN1 K loop would do."""
     a_c0, a_c1, w_hi, w_lo = bufs   # A: the step's columns 0–31 and 32–63, fp32
@@ -367,10 +358,10 @@ def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
         d1 = x1 - m0[:, None]
         ps += d0 + d1
         pq += d0 * d0 + d1 * d1
-        nh0 = _bf16(x0, PACK)
-        nl0 = _bf16(x0 - nh0.to(gl.float32), PACK)
-        nh1 = _bf16(x1, PACK)
-        nl1 = _bf16(x1 - nh1.to(gl.float32), PACK)
+        nh0 = _to_bf16(x0, PACK)
+        nl0 = _to_bf16(x0 - nh0.to(gl.float32), PACK)
+        nh1 = _to_bf16(x1, PACK)
+        nl1 = _to_bf16(x1 - nh1.to(gl.float32), PACK)
         acc = warpgroup_mma(nl0, w_hi.index(slot).slice(0, HK), acc, use_acc=kk != 0, is_async=True)
         acc = warpgroup_mma(nh0, w_lo.index(slot).slice(0, HK), acc, is_async=True)
         acc = warpgroup_mma(nh0, w_hi.index(slot).slice(0, HK), acc, is_async=True)
@@ -395,7 +386,7 @@ def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
 def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
                   TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
                   TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0,
-                  stage=None, xsplit=None, REGA: gl.constexpr = False):
+                  stage=None, xsplit=None, REGA: gl.constexpr = 0):
     """The consumer's part of task t (the program's i-th, from global K step g): the MMA, the split epilogue's
     stores (``OUT`` 2: into the staging buffer of turn i for the signaller's TMA store), the hand-over to the
     signaller."""
@@ -436,44 +427,43 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     _stamp(trace_ptr, t, 2, TRACE, lay)
-    if REGA:  # the stats were applied times 0 in the loop's caller; the output tile as fp32 rows (16 KB, the bytes
-        # of the split pair): the next stage's A
+    if REGA:  # the output tile as fp32 rows (16 KB, the bytes of the split pair): the next stage's A
         offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
         gl.store(act_hi_ptr + offs, gl.convert_layout(acc, out))
         gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
         mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
-    hi = acc.to(gl.bfloat16)
-    lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
-    if REGA:
-        pass
-    elif OUT == 2:  # the split tile into staging buffer i % 2 (free once the signaller's store of task i - 2 read it)
-        st_hi, st_lo = stage
-        mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
-        st_hi.index(i % 2).store(hi)
-        st_lo.index(i % 2).store(lo)
-        fence_async_shared()   # the generic writes before the signaller's TMA (async proxy) reads them
-        gl.thread_barrier()
     else:
-        hi = gl.convert_layout(hi, out)
-        lo = gl.convert_layout(lo, out)
-        if xsplit is not None:  # the splitter's row sums of this task (turn i % 2), as SPLIT's below
-            rsum = xsplit[1].index(2 * (i % 2)).load(gl.SliceLayout(1, sl))
-            rsq = xsplit[1].index(2 * (i % 2) + 1).load(gl.SliceLayout(1, sl))
-        if SPLIT or (xsplit is not None):  # the row statistics used as LayerNorm's epilogue would (times 0 here: the
-            mean = rsum / K                 # product is unchanged)
-            rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
-            lo = (lo.to(gl.float32) + gl.convert_layout(mean * rstd * 0.0, gl.SliceLayout(1, out))[:, None]).to(
-                gl.bfloat16)
-        offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
-        gl.store(act_hi_ptr + offs, hi)
-        gl.store(act_lo_ptr + offs, lo)
-        if ATOMIC:  # the residual GEMMs' epilogue: R[tile] += acc
-            r_offs = (m * BM + om)[:, None] * K + (n * BN + on)[None, :]
-            gl.atomic_add(r_ptr + r_offs, gl.convert_layout(acc, out), sem="relaxed", scope="gpu")
-        if OUT == 0:  # OUT 1: the proxy fence (the stores' drain) in the signaller, as the kernel's FENCE_AT_SIGNAL
-            gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
-        # the signaller took task i - 2's turn of this slot
-        mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+        hi = acc.to(gl.bfloat16)
+        lo = (acc - hi.to(gl.float32)).to(gl.bfloat16)
+        if OUT == 2:  # the split tile into staging buffer i % 2 (free once the signaller's store of task i - 2 read it)
+            st_hi, st_lo = stage
+            mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
+            st_hi.index(i % 2).store(hi)
+            st_lo.index(i % 2).store(lo)
+            fence_async_shared()   # the generic writes before the signaller's TMA (async proxy) reads them
+            gl.thread_barrier()
+        else:
+            hi = gl.convert_layout(hi, out)
+            lo = gl.convert_layout(lo, out)
+            if xsplit is not None:  # the splitter's row sums of this task (turn i % 2), as SPLIT's below
+                rsum = xsplit[1].index(2 * (i % 2)).load(gl.SliceLayout(1, sl))
+                rsq = xsplit[1].index(2 * (i % 2) + 1).load(gl.SliceLayout(1, sl))
+            # the row statistics used as LayerNorm's epilogue would (times 0 here: the product is unchanged)
+            if SPLIT or (xsplit is not None):
+                mean = rsum / K
+                rstd = gl.rsqrt(gl.maximum(rsq / K - mean * mean, 0.0) + 1e-5)
+                lo = (lo.to(gl.float32) + gl.convert_layout(mean * rstd * 0.0, gl.SliceLayout(1, out))[:, None]).to(
+                    gl.bfloat16)
+            offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+            gl.store(act_hi_ptr + offs, hi)
+            gl.store(act_lo_ptr + offs, lo)
+            if ATOMIC:  # the residual GEMMs' epilogue: R[tile] += acc
+                r_offs = (m * BM + om)[:, None] * K + (n * BN + on)[None, :]
+                gl.atomic_add(r_ptr + r_offs, gl.convert_layout(acc, out), sem="relaxed", scope="gpu")
+            if OUT == 0:  # OUT 1: the proxy fence (the stores' drain) in the signaller, as the kernel's FENCE_AT_SIGNAL
+                gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
+            # the signaller took task i - 2's turn of this slot
+            mbarrier.wait(sig_free.index(i % 2), ((i // 2) & 1) ^ 1)
     if QUEUE:
         sig_tids.index(i % 2).store(gl.full([1], 0, gl.int32, lay) + t)
     mbarrier.arrive(done.index(i % 2))
@@ -483,7 +473,7 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
 def _consumer(bufs, ready, empty, done, sig_free, tid_ring, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, pid,
               nprog, n_tasks, TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr,
               ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False,
-              OUT: gl.constexpr = 0, stage=None, xsplit=None, REGA: gl.constexpr = False):
+              OUT: gl.constexpr = 0, stage=None, xsplit=None, REGA: gl.constexpr = 0):
     KT: gl.constexpr = K // BK
     g = 0
     i = 0
@@ -760,6 +750,7 @@ class Chain:
         self.epoch = {}
         self._descs = None
         self.kernel = None  # the last launch's compiled kernel (its shared memory is reported)
+        self.form = ""      # the last launch's form (``error`` reads ws2qr's / ws2qrp's fp32 rows)
 
     def descs(self):
         if self._descs is None:
@@ -821,7 +812,7 @@ class Chain:
 
     def error(self) -> float:
         """Max |out − ref| / max |ref| of the last stage."""
-        if getattr(self, "form", "").endswith(("r", "rp")):  # ws2qr's / ws2qrp's fp32 rows
+        if self.form.endswith(("r", "rp")):  # ws2qr's / ws2qrp's fp32 rows
             out = self.act_f[self.L * self.M:].double()
         else:
             out = self.act_hi[self.L * self.M:].double() + self.act_lo[self.L * self.M:].double()
@@ -910,7 +901,8 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
         descs[:2] = [TensorDescriptor(tf, [1024, 1024], [1024, 1], [TILE, TILE // 2], lf)] * 2
     names = list(kern.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
-    sig.update(act_hi_ptr="*fp32" if rega else "*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32", err_ptr="*i32", trace_ptr="*i64")
+    sig.update(act_hi_ptr="*fp32" if rega else "*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32",
+               err_ptr="*i32", trace_ptr="*i64")
     sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
     cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
     if not two:

@@ -160,8 +160,8 @@ _CVT_BF16X2 = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
 @gluon.jit
 def _to_bf16(x, PACK_HI: gl.constexpr):
     """fp32 -> bf16, round to nearest even. ``PACK_HI``: two elements an instruction (``cvt.rn.bf16x2.f32``, SASS
-    F2FP.PACK_AB) where ``x.to(bf16)`` on its own compiles to one F2F a element (the same bits either way); the lab's
-    A/B (``@PACK_HI=0``)."""
+    F2FP.PACK_AB) where ``x.to(bf16)`` on its own compiles to one F2F an element (the same bits either way); the lab's
+    A/B (``@PACK_HI=0``). The attention helpers default to the kernel's choice (``bench.dag.ws_attn`` calls them)."""
     if PACK_HI:
         return gl.inline_asm_elementwise(_CVT_BF16X2, "=r,r,r", [x], dtype=gl.bfloat16, is_pure=True, pack=2)
     else:
@@ -188,7 +188,7 @@ def _pv3(p_hi, p_lo, v_hi, v_lo, acc):
 
 @gluon.jit
 def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexpr, dot: gl.constexpr,
-             PACK_HI: gl.constexpr = False):
+             PACK_HI: gl.constexpr = True):
     """One key block of ``_attn_block``'s online softmax, in the wgmma accumulator's layout: keys past the query
     masked on the diagonal block (causal), m and l updated, p = exp2(s·scale − m) split into bf16 hi/lo in the
     wgmma A-operand layout. Returns (m, alpha, l, p_hi, p_lo)."""
@@ -209,7 +209,7 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = False):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -579,7 +579,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
 # consumer (one warpgroup): the arithmetic of kernels/dag/kernel.py
 
 @gluon.jit
-def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr = False):
+def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr):
     """fp32 -> (hi, lo): bf16 parts (bf16x3) or fp16 parts (f16_w1), round to nearest each (tl_helpers.split_bf16 /
     split_f16 with GPU=True)."""
     if SCHEME == "f16_w1":
@@ -593,7 +593,7 @@ def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr = False):
 
 @gluon.jit
 def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr,
-                 PACK_HI: gl.constexpr = False):
+                 PACK_HI: gl.constexpr):
     """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores)."""
     hi, lo = _split(x, SCHEME, PACK_HI)
     hi = gl.convert_layout(hi, out)
