@@ -86,6 +86,10 @@ per stage, static lists): time per stage is the chain's link, work included. For
   are ``x.to(bf16)``, one F2F an element in the SASS (``REGA`` 1).
 - ``ws2qrp``: ``ws2qr`` with the conversions two elements an instruction (``cvt.rn.bf16x2.f32``, F2FP.PACK_AB;
   ``REGA`` 2), as the kernel's splits since ``PACK_HI``.
+- ``ws2qb``: ``ws2q`` with the slot's bf16 A pair read into registers once a step (``ldmatrix``) and the products
+  issued with A from registers (``REGA`` 3): whether a K step is bound by shared memory's bandwidth. Per 64 × 64 step
+  ``ws2q`` moves ~80 KB through shared memory (the TMA writes 32 KB, the three products read 48 KB: ~0.32 µs at
+  128 B a clock, against ~0.19 µs for the products at the tensor peak); this form reads 8 KB less.
 - ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
   release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
 - ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a
@@ -383,6 +387,37 @@ def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
 
 
 @gluon.jit
+def _regb_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAGES: gl.constexpr,
+                 TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr):
+    """``REGB`` (form ``ws2qb``): ``ws2q``'s K loop with the slot's bf16 A pair read into wgmma's register A-operand
+    layout (``ldmatrix``) once a step, the three products with A from registers (B: the slot's weight tiles). In
+    ``ws2q`` each product reads its A tile from shared memory (a_hi twice, a_lo once: 24 KB a step at 64 × 64); here
+    the pair is read once (16 KB). Step k's registers are carried to step k + 1's wait, so that wgmma reads them live."""
+    a_hi, a_lo, w_hi, w_lo = bufs
+    KT: gl.constexpr = K // BK
+    dl: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    h = gl.zeros([BM, BK], gl.bfloat16, layout=dl)
+    lo = gl.zeros([BM, BK], gl.bfloat16, layout=dl)
+    for kk in range(KT):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        if kk == 0:
+            _stamp(trace_ptr, t, 1, TRACE, lay)
+        nh = a_hi.index(slot).load(dl)
+        nl = a_lo.index(slot).load(dl)
+        acc = warpgroup_mma(nl, w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
+        acc = warpgroup_mma(nh, w_lo.index(slot), acc, is_async=True)
+        acc = warpgroup_mma(nh, w_hi.index(slot), acc, is_async=True)
+        acc, h, lo = warpgroup_mma_wait(3, deps=(acc, h, lo))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=kk > 0)
+        h, lo = nh, nl
+        g += 1
+    acc, h, lo = warpgroup_mma_wait(0, deps=(acc, h, lo))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    return acc
+
+
+@gluon.jit
 def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_lo_ptr, r_ptr, trace_ptr, t, i, g,
                   TPS, NTN, M, K: gl.constexpr, STAGES: gl.constexpr, QUEUE: gl.constexpr, ATOMIC: gl.constexpr,
                   TRACE: gl.constexpr, num_warps: gl.constexpr, SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0,
@@ -404,7 +439,10 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
     sl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # a 64 × 64 bf16 tile, 16 B a load
     rsum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
     rsq = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, sl))
-    if REGA:
+    if REGA == 3:
+        acc = _regb_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K, STAGES, TRACE, mma, lay)
+        g += KT
+    elif REGA:
         acc = _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K, STAGES, TRACE, mma, lay, REGA == 2)
         g += KT
     else:
@@ -427,7 +465,7 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     _stamp(trace_ptr, t, 2, TRACE, lay)
-    if REGA:  # the output tile as fp32 rows (16 KB, the bytes of the split pair): the next stage's A
+    if REGA == 1 or REGA == 2:  # the output tile as fp32 rows (16 KB, the bytes of the split pair): the next stage's A
         offs = ((s + 1) * M + m * BM + om)[:, None] * K + (n * BN + on)[None, :]
         gl.store(act_hi_ptr + offs, gl.convert_layout(acc, out))
         gl.inline_asm_elementwise(_FENCE_PROXY, "=r,r", [lane], dtype=gl.int32, is_pure=False, pack=1)
@@ -566,8 +604,8 @@ def chain_ws(ahi_d, alo_d, whi_d, wlo_d, act_hi_ptr, act_lo_ptr, r_ptr, ctr_ptr,
              QUEUE: gl.constexpr, ATOMIC: gl.constexpr, TRACE: gl.constexpr, num_warps: gl.constexpr,
              SPLIT: gl.constexpr = False, OUT: gl.constexpr = 0, XSPLIT: gl.constexpr = False,
              REGA: gl.constexpr = 0):
-    if REGA:  # ``ws2qr``: A as fp32 rows, two 64 × 32 boxes a step (ahi_d: columns 0–31, alo_d: 32–63), 16 KB as the
-        # bf16 pair's
+    if REGA == 1 or REGA == 2:  # ``ws2qr``: A as fp32 rows, two 64 × 32 boxes a step (ahi_d: columns 0–31,
+        # alo_d: 32–63), 16 KB as the bf16 pair's
         a_hi = gl.allocate_shared_memory(gl.float32, [STAGES, BM, BK // 2], ahi_d.layout)
         a_lo = gl.allocate_shared_memory(gl.float32, [STAGES, BM, BK // 2], alo_d.layout)
         w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BK, BN], whi_d.layout)
@@ -702,7 +740,7 @@ def chain_tl(act_hi_ptr, act_lo_ptr, w_hi_ptr, w_lo_ptr, r_ptr, ctr_ptr, err_ptr
 
 
 FORMS = ("tl", "ws0", "ws1", "ws2", "ws0q", "ws1q", "ws2q", "tla", "ws2a", "ws2qa", "ws2c", "ws2ca", "ws2s", "ws2qs",
-         "ws2qx", "ws2qf", "ws2qt", "ws2qr", "ws2qrp")
+         "ws2qx", "ws2qf", "ws2qt", "ws2qr", "ws2qrp", "ws2qb")
 OUT_OF_SUFFIX = {"f": 1, "t": 2}   # a form's last letter -> ``OUT`` (0: the consumer's stores and proxy fence)
 
 
@@ -800,9 +838,10 @@ class Chain:
         else:
             # the queue's head advances by every task and one empty ticket per program each launch
             base = (self.epoch - 1) * (self.n_tasks + grid[0])
-            rega = 2 if form.endswith("rp") else int(form.endswith("r"))
-            self.kernel = chain_ws[grid](*(self.descs_f() if rega else self.descs()),
-                                         self.act_f if rega else self.act_hi, self.act_lo, self.r, self.ctr, self.err,
+            rega = 2 if form.endswith("rp") else 3 if form.endswith("qb") else int(form.endswith("r"))
+            f32 = rega in (1, 2)   # ws2qr / ws2qrp: fp32 rows
+            self.kernel = chain_ws[grid](*(self.descs_f() if f32 else self.descs()),
+                                         self.act_f if f32 else self.act_hi, self.act_lo, self.r, self.ctr, self.err,
                                          self.trace, self.head, base, self.n_tasks, self.TPS, self.NTN, self.MB,
                                          self.M, goal, spin_limit, K=self.K, STAGES=self.stages, MODE=int(form[2]),
                                          QUEUE="q" in form, ATOMIC=atomic, TRACE=trace, num_warps=4,
@@ -895,13 +934,13 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     t = torch.empty(1024, 1024, dtype=torch.bfloat16)
     lay = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
     descs = [TensorDescriptor(t, [1024, 1024], [1024, 1], [TILE, TILE], lay)] * 4
-    if rega:
+    if rega in (1, 2):
         tf = torch.empty(1024, 1024, dtype=torch.float32)
         lf = gl.NVMMASharedLayout.get_default_for([TILE, TILE // 2], gl.float32)
         descs[:2] = [TensorDescriptor(tf, [1024, 1024], [1024, 1], [TILE, TILE // 2], lf)] * 2
     names = list(kern.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descs)}
-    sig.update(act_hi_ptr="*fp32" if rega else "*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32",
+    sig.update(act_hi_ptr="*fp32" if rega in (1, 2) else "*bf16", act_lo_ptr="*bf16", r_ptr="*fp32", ctr_ptr="*i32",
                err_ptr="*i32", trace_ptr="*i64")
     sig.update({n: "i32" for n in ("n_tasks", "TPS", "NTN", "MB", "M", "goal", "spin_limit")})
     cex = dict(K=K, STAGES=stages, ATOMIC=atomic, TRACE=False, num_warps=4)
@@ -960,6 +999,7 @@ def compile_report(K: int = 1024, stages: int = 4, stages_2c: int = 3) -> dict:
                 ws_queue_xsplit=_compile_ws(True, K, stages, xsplit=True),
                 ws_queue_rega=_compile_ws(True, K, stages, rega=1),
                 ws_queue_rega_packed=_compile_ws(True, K, stages, rega=2),
+                ws_queue_regb=_compile_ws(True, K, stages, rega=3),
                 ws_queue_fence_at_signal=_compile_ws(True, K, stages, out=1),
                 ws_queue_tma_store=_compile_ws(True, K, stages, out=2), ws_s2c=_compile_ws(False, K, stages_2c),
                 ws2c=_compile_ws(False, K, stages_2c, two=True),

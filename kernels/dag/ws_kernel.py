@@ -209,7 +209,8 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True,
+                    REG_Q: gl.constexpr = False):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -218,10 +219,15 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
     V_SLOT: slot s's v tiles are ``v_hi`` / ``v_lo`` index s * V_SLOT (1: their own [STAGES, 64, 64] rings; the dag
     kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes).
+    REG_Q: qh / ql are registers in wgmma's A-operand layout (else shared memory); they are kept live to each wait
+    that follows a q·kᵀ.
     Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
     slot = g % STAGES
     s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
-    s = warpgroup_mma_wait(0, deps=(s, ))
+    if REG_Q:
+        s, qh, ql = warpgroup_mma_wait(0, deps=(s, qh, ql))
+    else:
+        s = warpgroup_mma_wait(0, deps=(s, ))
     if not KV_ONE_BARRIER:
         mbarrier.arrive(k_empty.index(slot))
     mbarrier.arrive(q_empty, pred=nkv == 1)
@@ -234,7 +240,10 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         if not KV_ONE_BARRIER:
             mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
         acc = _pv3(p_hi, p_lo, v_hi.index(prev * V_SLOT), v_lo.index(prev * V_SLOT), acc)
-        s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
+        if REG_Q:
+            s, qh, ql = warpgroup_mma_wait(3, deps=(s, qh, ql))  # block j's q·kᵀ done (groups complete in order)
+        else:
+            s = warpgroup_mma_wait(3, deps=(s, ))
         if not KV_ONE_BARRIER:
             mbarrier.arrive(k_empty.index(cur))
         mbarrier.arrive(q_empty, pred=j == nkv - 1)
@@ -627,8 +636,17 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
 
 
 @gluon.jit
+def _gemm_step_r(h, lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr, R: gl.constexpr):
+    """``_gemm_step`` with the A pair (h, lo) from registers (``REG_A``)."""
+    acc = warpgroup_mma(lo, w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
+    if SCHEME == "bf16x3":
+        acc = warpgroup_mma(h, w_lo.index(slot * R), acc, is_async=True)
+    return warpgroup_mma(h, w_hi.index(slot * R), acc, is_async=True)
+
+
+@gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-              RN: gl.constexpr, mma: gl.constexpr):
+              RN: gl.constexpr, mma: gl.constexpr, REG_A: gl.constexpr):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
@@ -637,11 +655,39 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     a ``gl.zeros`` accumulator with ``use_acc=kk != 0``: with both schemes' loops in one function LLVM merges their
     exits into one ``wgmma.wait_group 0`` block, which the zero-trip edges also reach with the accumulator defined by
     the zeros' ``mov`` — and ptxas then serializes every wgmma of the kernel (C7515). The products, their order and
-    their accumulator are the same (kk = 0 ignored the zeros)."""
+    their accumulator are the same (kk = 0 ignored the zeros).
+
+    ``REG_A``: each step's A pair read once into wgmma's register A-operand layout (``ldmatrix``) and the products
+    issued with A from registers; a step's registers are carried to the next step's wait, so that wgmma reads them
+    live. Shared memory then carries 8 KB less a step (the products read a_hi twice and a_lo once from the slot
+    otherwise)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
+    if REG_A:
+        dl: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        h = a_hi.index(slot).load(dl)
+        lo = a_lo.index(slot).load(dl)
+        acc = _gemm_step_r(h, lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
+        acc, h, lo = warpgroup_mma_wait(NP, deps=(acc, h, lo))   # (as below: the loop-carried types are tensors)
+        g += 1
+        for kk in range(1, steps):
+            slot = g % STAGES
+            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+            nh = a_hi.index(slot).load(dl)
+            nl = a_lo.index(slot).load(dl)
+            acc = _gemm_step_r(nh, nl, w_hi, w_lo, slot, acc, False, SCHEME, R)
+            acc, h, lo = warpgroup_mma_wait(NP, deps=(acc, h, lo))
+            mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+            h = nh
+            lo = nl
+            g += 1
+        acc, h, lo = warpgroup_mma_wait(0, deps=(acc, h, lo))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        return acc, g
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
     acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
@@ -719,7 +765,8 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
+               REG_A: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -727,15 +774,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
     return g
 
 
@@ -746,7 +793,8 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
+               REG_A: gl.constexpr):
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
@@ -774,13 +822,13 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, REG_A)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, REG_A)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, REG_A)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, REG_A)
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     row0 = m * T64
     col0 = n * BN
@@ -814,7 +862,7 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
-               PACK_HI: gl.constexpr):
+               PACK_HI: gl.constexpr, REG_Q: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -825,7 +873,9 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
     alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
     freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2); with 128-wide GEMM tiles
-    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too)."""
+    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too). REG_Q: q read once into
+    registers (wgmma's A-operand layout) instead of every q·kᵀ reading it from shared memory (q_hi twice, q_lo once
+    a key block)."""
     a_hi, a_lo, w_hi, w_lo = ring
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     q_hi, q_lo = q_buf
@@ -842,9 +892,14 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     acc = gl.zeros([T64, T64], gl.float32, layout=mma)
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
-    acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
-                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                               PACK_HI)
+    if REG_Q:
+        acc, l_i = _overlap_blocks(q_hi.load(dot_a), q_lo.load(dot_a), a_hi, a_lo, w_hi, w_lo, ready, empty, ready,
+                                   empty, q_empty, g, nkv, qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma,
+                                   dot_a, BN // T64, PACK_HI, True)
+    else:
+        acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
+                                   qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
+                                   PACK_HI)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
@@ -910,7 +965,7 @@ def _consumer(smem, bufs, qk_scale,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
               PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
-              CID: gl.constexpr, PACK_HI: gl.constexpr):
+              CID: gl.constexpr, PACK_HI: gl.constexpr, REG_A: gl.constexpr, REG_Q: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -945,12 +1000,12 @@ def _consumer(smem, bufs, qk_scale,
                      SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI, REG_Q)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -1023,7 +1078,7 @@ def dag_ws_fwd(
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
     PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, PACK_HI: gl.constexpr,
-    num_warps: gl.constexpr,
+    REG_A: gl.constexpr, REG_Q: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1071,7 +1126,7 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, REG_A, REG_Q)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
@@ -1084,10 +1139,10 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, REG_A, REG_Q)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI, REG_A, REG_Q)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
@@ -1257,6 +1312,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
                 PACK_HI=True,           # bf16 hi parts two a conversion (False: one F2F a element; the lab's A/B)
+                REG_A=False,            # GEMM A pairs from registers (ldmatrix once a step; the lab's A/B)
+                REG_Q=False,            # the attention's q from registers (read once a task; the lab's A/B)
                 num_warps=4)
 
 
