@@ -504,7 +504,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr):
+            PRE_W: gl.constexpr, LN_WORKER: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -516,12 +516,11 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
     t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     q_hi, q_lo = q_buf
     i = 0       # tasks taken: task i goes to consumer i % CONSUMERS, its turn i // CONSUMERS there
+    n1 = 0      # LN_WORKER: LayerNorm tasks handed to the LayerNorm warpgroup (partition 1; the rest to consumer 0)
     g = 0       # ring steps issued
     na0 = 0     # attention tasks handed to consumer 0 (1): the phases of its q buffer
     na1 = 0
     while t < n_tasks:
-        cid = i % CONSUMERS
-        turn = i // CONSUMERS
         g0 = g
         row = tab_ptr + t * TASK_WIDTH
         kind = gl.load(row)
@@ -534,6 +533,12 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             sg = gl.where(gl.load(row + 6) > 0, gl.load(row + HEADER + MAX_WAITS), -1)
         _stamp(trace_ptr, t, 0, TRACE, lay, 32)
         ln = (kind == 0) | (kind == 4) | (kind == 7)
+        if LN_WORKER:
+            cid = gl.where(ln, 1, 0)
+            turn = gl.where(ln, n1, i - n1)
+        else:
+            cid = i % CONSUMERS
+            turn = i // CONSUMERS
         k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N, BLOCK_N_QKV)
         pre = steps * 0
         if kind == 1:
@@ -577,11 +582,17 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
                             RING_N)
             na0 += 1 - cid
             na1 += cid
+        if LN_WORKER:
+            n1 += ln.to(gl.int32)
         i += 1
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
-    for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
-        _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
-             hl)
+    if LN_WORKER:
+        _put(tids, tid_full, tid_free, 0, i - n1, -1, 0, 0, 0, 0, 0, 0, 0, hl)
+        _put(tids, tid_full, tid_free, 2, n1, -1, 0, 0, 0, 0, 0, 0, 0, hl)
+    else:
+        for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
+            _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
+                 hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1019,6 +1030,41 @@ def _consumer(smem, bufs, qk_scale,
     _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
 
 
+@gluon.jit
+def _ln_worker(smem, bufs, B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, BLOCK_M_LN: gl.constexpr,
+               LN_ROWS: gl.constexpr, BD: gl.constexpr, SCHEME_QKV: gl.constexpr, SCHEME_FFN1: gl.constexpr,
+               TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
+               LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr, PACK_HI: gl.constexpr):
+    """``LN_WORKER``: a warpgroup that runs the LayerNorm tasks beside consumer 0 (the loader hands it every
+    LayerNorm task after the task's wait, as it hands them to a consumer; it hands its tasks to signaller 1): the
+    consumer's LayerNorm branch on its own warps, so a LayerNorm row block neither waits behind a GEMM or attention
+    task nor takes the tensor-core warpgroup's time."""
+    ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
+    (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
+     ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
+     lnfw_ptr, lnfb_ptr, trace_ptr) = bufs
+    M: gl.constexpr = B * S
+    NT: gl.constexpr = 32 * num_warps
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    lnl: gl.constexpr = _ln_layout(num_warps, LN_ROW_WARPS)
+    hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
+    i = 0
+    t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2, 0, hl)
+    while t >= 0:
+        _stamp(trace_ptr, t, 5, TRACE, lay, NT)
+        _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
+                 ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
+                 SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
+        if not FENCE_AT_SIGNAL:
+            _proxy_fence(lay, NT)
+        gl.thread_barrier()
+        _stamp(trace_ptr, t, 4, TRACE, lay, NT)
+        _put(sigs, done, sig_free, 2, i, t, kind, l, a, b, c, g, sg, hl)
+        i += 1
+        t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2, i, hl)
+    _put(sigs, done, sig_free, 2, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # signaller (1 warp)
 
@@ -1078,7 +1124,7 @@ def dag_ws_fwd(
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
     PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, PACK_HI: gl.constexpr,
-    REG_A: gl.constexpr, REG_Q: gl.constexpr, num_warps: gl.constexpr,
+    REG_A: gl.constexpr, REG_Q: gl.constexpr, LN_WORKER: gl.constexpr, num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1087,13 +1133,14 @@ def dag_ws_fwd(
     a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
     w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)   # RING_N: the wider of the two
     w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)
-    q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
-    q_lo = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)
+    NQ: gl.constexpr = 1 if LN_WORKER else CONSUMERS   # (LN_WORKER: partition 1 runs no attention)
+    q_hi = gl.allocate_shared_memory(gl.bfloat16, [NQ, T64, T64], lt)   # a q buffer per consumer
+    q_lo = gl.allocate_shared_memory(gl.bfloat16, [NQ, T64, T64], lt)
     bl: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
-    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
-    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
+    q_ready = gl.allocate_shared_memory(gl.int64, [NQ, 1], bl)
+    q_empty = gl.allocate_shared_memory(gl.int64, [NQ, 1], bl)
     # the hand-over rings: loader -> consumer c and consumer c -> signaller c at slots 2c, 2c + 1
     tid_full = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
     tid_free = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
@@ -1105,7 +1152,7 @@ def dag_ws_fwd(
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
-    for q in gl.static_range(CONSUMERS):
+    for q in gl.static_range(NQ):
         mbarrier.init(q_ready.index(q), count=1)
         mbarrier.init(q_empty.index(q), count=1)
     for q in gl.static_range(2 * CONSUMERS):
@@ -1131,10 +1178,28 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, LN_WORKER)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
+    elif LN_WORKER:   # partition 1 the LayerNorm warpgroup (``_ln_worker``), else as two consumers
+        gl.static_assert(CONSUMERS == 2, "LN_WORKER: CONSUMERS = 2 (the LayerNorm warpgroup takes consumer 1's place)")
+        gl.warp_specialize([
+            (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
+                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, REG_A, REG_Q)),
+            (_ln_worker, (smem, bufs, B, S, D, BLOCK_M_LN, LN_ROWS, BD, SCHEME_QKV, SCHEME_FFN1, TRACE,
+                          FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, PACK_HI)),
+            (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
+                       goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
+                       K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
+                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, LN_WORKER)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
+            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
+                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 1)),
+        ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
@@ -1147,7 +1212,7 @@ def dag_ws_fwd(
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, LN_WORKER)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1314,6 +1379,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 PACK_HI=True,           # bf16 hi parts two a conversion (False: one F2F a element; the lab's A/B)
                 REG_A=False,            # GEMM A pairs from registers (ldmatrix once a step; the lab's A/B)
                 REG_Q=False,            # the attention's q from registers (read once a task; the lab's A/B)
+                LN_WORKER=False,        # LayerNorm tasks on a warpgroup of their own (with CONSUMERS=2; the lab's A/B)
                 num_warps=4)
 
 
