@@ -209,8 +209,7 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True,
-                    REG_Q: gl.constexpr = False):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -219,15 +218,10 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
     V_SLOT: slot s's v tiles are ``v_hi`` / ``v_lo`` index s * V_SLOT (1: their own [STAGES, 64, 64] rings; the dag
     kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes).
-    REG_Q: qh / ql are registers in wgmma's A-operand layout (else shared memory); they are kept live to each wait
-    that follows a q·kᵀ.
     Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
     slot = g % STAGES
     s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
-    if REG_Q:
-        s, qh, ql = warpgroup_mma_wait(0, deps=(s, qh, ql))
-    else:
-        s = warpgroup_mma_wait(0, deps=(s, ))
+    s = warpgroup_mma_wait(0, deps=(s, ))
     if not KV_ONE_BARRIER:
         mbarrier.arrive(k_empty.index(slot))
     mbarrier.arrive(q_empty, pred=nkv == 1)
@@ -240,10 +234,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         if not KV_ONE_BARRIER:
             mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
         acc = _pv3(p_hi, p_lo, v_hi.index(prev * V_SLOT), v_lo.index(prev * V_SLOT), acc)
-        if REG_Q:
-            s, qh, ql = warpgroup_mma_wait(3, deps=(s, qh, ql))  # block j's q·kᵀ done (groups complete in order)
-        else:
-            s = warpgroup_mma_wait(3, deps=(s, ))
+        s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
         if not KV_ONE_BARRIER:
             mbarrier.arrive(k_empty.index(cur))
         mbarrier.arrive(q_empty, pred=j == nkv - 1)
@@ -504,7 +495,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr, LN_WORKER: gl.constexpr):
+            PRE_W: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -516,11 +507,12 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
     t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     q_hi, q_lo = q_buf
     i = 0       # tasks taken: task i goes to consumer i % CONSUMERS, its turn i // CONSUMERS there
-    n1 = 0      # LN_WORKER: LayerNorm tasks handed to the LayerNorm warpgroup (partition 1; the rest to consumer 0)
     g = 0       # ring steps issued
     na0 = 0     # attention tasks handed to consumer 0 (1): the phases of its q buffer
     na1 = 0
     while t < n_tasks:
+        cid = i % CONSUMERS
+        turn = i // CONSUMERS
         g0 = g
         row = tab_ptr + t * TASK_WIDTH
         kind = gl.load(row)
@@ -533,12 +525,6 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             sg = gl.where(gl.load(row + 6) > 0, gl.load(row + HEADER + MAX_WAITS), -1)
         _stamp(trace_ptr, t, 0, TRACE, lay, 32)
         ln = (kind == 0) | (kind == 4) | (kind == 7)
-        if LN_WORKER:
-            cid = gl.where(ln, 1, 0)
-            turn = gl.where(ln, n1, i - n1)
-        else:
-            cid = i % CONSUMERS
-            turn = i // CONSUMERS
         k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N, BLOCK_N_QKV)
         pre = steps * 0
         if kind == 1:
@@ -582,17 +568,11 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
                             RING_N)
             na0 += 1 - cid
             na1 += cid
-        if LN_WORKER:
-            n1 += ln.to(gl.int32)
         i += 1
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
-    if LN_WORKER:
-        _put(tids, tid_full, tid_free, 0, i - n1, -1, 0, 0, 0, 0, 0, 0, 0, hl)
-        _put(tids, tid_full, tid_free, 2, n1, -1, 0, 0, 0, 0, 0, 0, 0, hl)
-    else:
-        for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
-            _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
-                 hl)
+    for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
+        _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
+             hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -647,17 +627,8 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
 
 
 @gluon.jit
-def _gemm_step_r(h, lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr, R: gl.constexpr):
-    """``_gemm_step`` with the A pair (h, lo) from registers (``REG_A``)."""
-    acc = warpgroup_mma(lo, w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
-    if SCHEME == "bf16x3":
-        acc = warpgroup_mma(h, w_lo.index(slot * R), acc, is_async=True)
-    return warpgroup_mma(h, w_hi.index(slot * R), acc, is_async=True)
-
-
-@gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-              RN: gl.constexpr, mma: gl.constexpr, REG_A: gl.constexpr):
+              RN: gl.constexpr, mma: gl.constexpr):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
@@ -666,39 +637,11 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     a ``gl.zeros`` accumulator with ``use_acc=kk != 0``: with both schemes' loops in one function LLVM merges their
     exits into one ``wgmma.wait_group 0`` block, which the zero-trip edges also reach with the accumulator defined by
     the zeros' ``mov`` — and ptxas then serializes every wgmma of the kernel (C7515). The products, their order and
-    their accumulator are the same (kk = 0 ignored the zeros).
-
-    ``REG_A``: each step's A pair read once into wgmma's register A-operand layout (``ldmatrix``) and the products
-    issued with A from registers; a step's registers are carried to the next step's wait, so that wgmma reads them
-    live. Shared memory then carries 8 KB less a step (the products read a_hi twice and a_lo once from the slot
-    otherwise)."""
+    their accumulator are the same (kk = 0 ignored the zeros)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
-    if REG_A:
-        dl: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        slot = g % STAGES
-        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        h = a_hi.index(slot).load(dl)
-        lo = a_lo.index(slot).load(dl)
-        acc = _gemm_step_r(h, lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
-        acc, h, lo = warpgroup_mma_wait(NP, deps=(acc, h, lo))   # (as below: the loop-carried types are tensors)
-        g += 1
-        for kk in range(1, steps):
-            slot = g % STAGES
-            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-            nh = a_hi.index(slot).load(dl)
-            nl = a_lo.index(slot).load(dl)
-            acc = _gemm_step_r(nh, nl, w_hi, w_lo, slot, acc, False, SCHEME, R)
-            acc, h, lo = warpgroup_mma_wait(NP, deps=(acc, h, lo))
-            mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
-            h = nh
-            lo = nl
-            g += 1
-        acc, h, lo = warpgroup_mma_wait(0, deps=(acc, h, lo))
-        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
-        return acc, g
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
     acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
@@ -776,8 +719,7 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
-               REG_A: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -785,15 +727,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
+                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
     return g
 
 
@@ -804,8 +746,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
-               REG_A: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
     """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
@@ -833,13 +774,13 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, REG_A)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, REG_A)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, REG_A)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, REG_A)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     row0 = m * T64
     col0 = n * BN
@@ -873,7 +814,7 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
-               PACK_HI: gl.constexpr, REG_Q: gl.constexpr):
+               PACK_HI: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -884,9 +825,7 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
     alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
     freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2); with 128-wide GEMM tiles
-    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too). REG_Q: q read once into
-    registers (wgmma's A-operand layout) instead of every q·kᵀ reading it from shared memory (q_hi twice, q_lo once
-    a key block)."""
+    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too)."""
     a_hi, a_lo, w_hi, w_lo = ring
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     q_hi, q_lo = q_buf
@@ -903,14 +842,9 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     acc = gl.zeros([T64, T64], gl.float32, layout=mma)
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
-    if REG_Q:
-        acc, l_i = _overlap_blocks(q_hi.load(dot_a), q_lo.load(dot_a), a_hi, a_lo, w_hi, w_lo, ready, empty, ready,
-                                   empty, q_empty, g, nkv, qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma,
-                                   dot_a, BN // T64, PACK_HI, True)
-    else:
-        acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
-                                   qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                                   PACK_HI)
+    acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
+                               PACK_HI)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
@@ -976,7 +910,7 @@ def _consumer(smem, bufs, qk_scale,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
               PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
-              CID: gl.constexpr, PACK_HI: gl.constexpr, REG_A: gl.constexpr, REG_Q: gl.constexpr):
+              CID: gl.constexpr, PACK_HI: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -1011,12 +945,12 @@ def _consumer(smem, bufs, qk_scale,
                      SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI, REG_Q)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI, REG_A)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -1028,41 +962,6 @@ def _consumer(smem, bufs, qk_scale,
         i += 1
         t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, i, hl)
     _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
-
-
-@gluon.jit
-def _ln_worker(smem, bufs, B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, BLOCK_M_LN: gl.constexpr,
-               LN_ROWS: gl.constexpr, BD: gl.constexpr, SCHEME_QKV: gl.constexpr, SCHEME_FFN1: gl.constexpr,
-               TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-               LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr, PACK_HI: gl.constexpr):
-    """``LN_WORKER``: a warpgroup that runs the LayerNorm tasks beside consumer 0 (the loader hands it every
-    LayerNorm task after the task's wait, as it hands them to a consumer; it hands its tasks to signaller 1): the
-    consumer's LayerNorm branch on its own warps, so a LayerNorm row block neither waits behind a GEMM or attention
-    task nor takes the tensor-core warpgroup's time."""
-    ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
-    (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
-     ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-     lnfw_ptr, lnfb_ptr, trace_ptr) = bufs
-    M: gl.constexpr = B * S
-    NT: gl.constexpr = 32 * num_warps
-    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-    lnl: gl.constexpr = _ln_layout(num_warps, LN_ROW_WARPS)
-    hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
-    i = 0
-    t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2, 0, hl)
-    while t >= 0:
-        _stamp(trace_ptr, t, 5, TRACE, lay, NT)
-        _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
-                 ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
-                 SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
-        if not FENCE_AT_SIGNAL:
-            _proxy_fence(lay, NT)
-        gl.thread_barrier()
-        _stamp(trace_ptr, t, 4, TRACE, lay, NT)
-        _put(sigs, done, sig_free, 2, i, t, kind, l, a, b, c, g, sg, hl)
-        i += 1
-        t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2, i, hl)
-    _put(sigs, done, sig_free, 2, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1124,7 +1023,7 @@ def dag_ws_fwd(
     RING_N: gl.constexpr, TRACE: gl.constexpr, LOADER_REGS: gl.constexpr, SIGNAL_REGS: gl.constexpr,
     CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
     PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, PACK_HI: gl.constexpr,
-    REG_A: gl.constexpr, REG_Q: gl.constexpr, LN_WORKER: gl.constexpr, num_warps: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
@@ -1133,14 +1032,13 @@ def dag_ws_fwd(
     a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
     w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)   # RING_N: the wider of the two
     w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)
-    NQ: gl.constexpr = 1 if LN_WORKER else CONSUMERS   # (LN_WORKER: partition 1 runs no attention)
-    q_hi = gl.allocate_shared_memory(gl.bfloat16, [NQ, T64, T64], lt)   # a q buffer per consumer
-    q_lo = gl.allocate_shared_memory(gl.bfloat16, [NQ, T64, T64], lt)
+    q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
+    q_lo = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)
     bl: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
-    q_ready = gl.allocate_shared_memory(gl.int64, [NQ, 1], bl)
-    q_empty = gl.allocate_shared_memory(gl.int64, [NQ, 1], bl)
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
     # the hand-over rings: loader -> consumer c and consumer c -> signaller c at slots 2c, 2c + 1
     tid_full = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
     tid_free = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
@@ -1152,7 +1050,7 @@ def dag_ws_fwd(
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
-    for q in gl.static_range(NQ):
+    for q in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(q), count=1)
         mbarrier.init(q_empty.index(q), count=1)
     for q in gl.static_range(2 * CONSUMERS):
@@ -1173,46 +1071,28 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, REG_A, REG_Q)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, LN_WORKER)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
-    elif LN_WORKER:   # partition 1 the LayerNorm warpgroup (``_ln_worker``), else as two consumers
-        gl.static_assert(CONSUMERS == 2, "LN_WORKER: CONSUMERS = 2 (the LayerNorm warpgroup takes consumer 1's place)")
-        gl.warp_specialize([
-            (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
-                          SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, REG_A, REG_Q)),
-            (_ln_worker, (smem, bufs, B, S, D, BLOCK_M_LN, LN_ROWS, BD, SCHEME_QKV, SCHEME_FFN1, TRACE,
-                          FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, PACK_HI)),
-            (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
-                       goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
-                       K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
-                       MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, LN_WORKER)),
-            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
-            (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
-                           FENCE_AT_SIGNAL, PACKED_HANDOFF, 1)),
-        ], [num_warps, 1, 1, 1], [CONSUMER_REGS, LOADER_REGS, SIGNAL_REGS, SIGNAL_REGS])
     else:   # consumer 1 a worker warpgroup; the three 1-warp partitions padded to one warpgroup (``REGS``)
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, REG_A, REG_Q)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI, REG_A, REG_Q)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, LN_WORKER)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1377,9 +1257,6 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 LN_ROW_WARPS=True,      # LayerNorm rows one a warp (False: a row across the warps; the lab's A/B)
                 PRE_W=pre,              # weight steps a GEMM task claims before its wait (ws_pre, <= stages)
                 PACK_HI=True,           # bf16 hi parts two a conversion (False: one F2F a element; the lab's A/B)
-                REG_A=False,            # GEMM A pairs from registers (ldmatrix once a step; the lab's A/B)
-                REG_Q=False,            # the attention's q from registers (read once a task; the lab's A/B)
-                LN_WORKER=False,        # LayerNorm tasks on a warpgroup of their own (with CONSUMERS=2; the lab's A/B)
                 num_warps=4)
 
 
