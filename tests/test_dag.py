@@ -647,7 +647,7 @@ def test_levers_compose_in_one_graph():
 
 
 def test_ncu_bound_parses_the_raw_page():
-    """``bench.dag.ncu_bound.parse`` keeps the ``_dag_fwd`` rows of ``ncu --csv --page raw``, converts the duration to
+    """``bench.dag.ncu_bound.parse`` keeps the ``_dag_fwd`` and ``dag_ws_fwd`` rows of ``ncu --csv --page raw``, converts the duration to
     µs and sectors to GB, and leaves a missing metric as None."""
     from bench.dag.ncu_bound import METRICS, parse
     names = list(METRICS.values())
@@ -656,11 +656,14 @@ def test_ncu_bound_parses_the_raw_page():
                             if m.endswith("op_read.sum") else '""' for m in names]
     vals = {METRICS["duration_us"]: "431.5", METRICS["l2_read_sectors"]: "1,000,000", METRICS["tensor_pct"]: "18.2"}
     row = ['"0"', '"_dag_fwd"'] + [f'"{vals.get(m, "n/a")}"' for m in names]
+    ws = ['"2"', '"dag_ws_fwd"'] + [f'"{vals.get(m, "n/a")}"' for m in names]   # form ws's kernel
     other = ['"1"', '"memset"'] + ['"1"' for _ in names]
-    raw = "==PROF== Disconnected\n" + "\n".join(",".join(r) for r in (header, units, row, other))
-    (rec,) = parse(raw)
-    assert rec["duration_us"] == pytest.approx(431.5) and rec["tensor_pct"] == pytest.approx(18.2)
-    assert rec["l2_read_gb"] == pytest.approx(0.032) and rec["dram_pct"] is None
+    raw = "==PROF== Disconnected\n" + "\n".join(",".join(r) for r in (header, units, row, other, ws))
+    recs = parse(raw)
+    assert [r["kernel"] for r in recs] == ["_dag_fwd", "dag_ws_fwd"]
+    for rec in recs:
+        assert rec["duration_us"] == pytest.approx(431.5) and rec["tensor_pct"] == pytest.approx(18.2)
+        assert rec["l2_read_gb"] == pytest.approx(0.032) and rec["dram_pct"] is None
 
 
 def test_interleave_probe_runs_its_sequences(tmp_path, capsys):
