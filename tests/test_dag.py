@@ -722,12 +722,17 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     # ws2qr: A as fp32 rows split in the consumer's registers, wgmma's A from registers: as many wgmma (six of k = 32
     # halves a step), the same shared memory (two 64 x 32 fp32 boxes a slot), not serialized, no spills
     rg = r["ws_queue_rega"]
-    assert rg["wgmma"] == q["wgmma"] and rg["shared"] == q["shared"] and rg["shared_fence"] == 0, r
+    assert rg["wgmma"] == q["wgmma"] == rg["wgmma_reg_a"] and rg["shared"] == q["shared"] and rg["shared_fence"] == 0, r
     assert rg["spill_stores"] == 0 and rg["wgmma_notes"] == [] and rg["acquire"] == rg["release"] == 1, r
     # ws2qrp: the same with its split's conversions paired (no scalar bf16 conversion left in the K loop's split)
     rp = r["ws_queue_rega_packed"]
     assert rp["wgmma"] == rg["wgmma"] and rp["spill_stores"] == 0 and rp["wgmma_notes"] == [], r
     assert rp["cvt_bf16x2"] > rg["cvt_bf16x2"] and rp["cvt_bf16"] < rg["cvt_bf16"], r
+    # ws2qb: ws2q's K loop with the A pair from registers: every wgmma reads A from registers (ws2q's none), as many,
+    # the same shared memory, not serialized, no spills
+    rb = r["ws_queue_regb"]
+    assert rb["wgmma"] == rb["wgmma_reg_a"] == q["wgmma"] and q["wgmma_reg_a"] == 0 and rb["shared"] == q["shared"], r
+    assert rb["spill_stores"] == 0 and rb["wgmma_notes"] == [] and rb["acquire"] == rb["release"] == 1, r
     # ws2qf / ws2qt: the same protocol with the proxy fence in the signaller; ws2qt's two TMA stores (hi, lo) behind a
     # generic -> async proxy fence, no spills
     f, ts = r["ws_queue_fence_at_signal"], r["ws_queue_tma_store"]

@@ -955,6 +955,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     ptx = k.asm["ptx"]
     rep = sm90_report.report(k)
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
+                wgmma_reg_a=sum(1 for ln in ptx.splitlines() if "wgmma.mma_async" in ln and "}, {" in ln),
                 tma=ptx.count("cp.async.bulk.tensor"), tma_store=ptx.count("cp.async.bulk.tensor.2d.global.shared"),
                 release=ptx.count("red.release.gpu"), acquire=ptx.count("ld.acquire.gpu"),
                 proxy_fence=ptx.count("fence.proxy.async.global"), shared_fence=ptx.count("fence.proxy.async.shared"),
