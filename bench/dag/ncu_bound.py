@@ -1,6 +1,7 @@
 """What bounds the dag kernel, from hardware counters (lab; docs/dag.md, "What bounds it"): one `_dag_fwd` (form
-tl) or `dag_ws_fwd` (form ws) launch per case under Nsight Compute with the metrics that tell a throughput limit from a latency chain — the
-tensor pipe's busy share, L2 and DRAM traffic and their share of peak, the atomics into L2, issue activity.
+tl) or `dag_ws_fwd` (form ws) launch per case under Nsight Compute with the metrics that tell a throughput limit from
+a latency chain — the tensor pipe's busy share, L2 and DRAM traffic and their share of peak, the atomics into L2,
+issue activity.
 
     python -m bench.dag.ncu_bound --out $OUT --cases 2 3 4 12 [--param name=value ...]
 
@@ -56,8 +57,9 @@ def child(case_name: str, params: dict) -> int:
 
 
 def parse(raw: str) -> list[dict]:
-    """The ``_dag_fwd`` / ``dag_ws_fwd`` launches of ``ncu --import R --csv --page raw`` (read by the pipeline's ncu stage's
-    ``raw_table``): one dict per launch, ``METRICS``' names, durations in µs, sector counts also as GB (``*_gb``)."""
+    """The ``_dag_fwd`` / ``dag_ws_fwd`` launches of ``ncu --import R --csv --page raw`` (read by the pipeline's ncu
+    stage's ``raw_table``): one dict per launch, ``METRICS``' names, durations in µs, sector counts also as GB
+    (``*_gb``)."""
     from workflow.stages.ncu import SIZE_TO_B, TIME_TO_US, number, raw_table
     table, units = raw_table(raw)
     recs = []

@@ -89,7 +89,8 @@ per stage, static lists): time per stage is the chain's link, work included. For
 - ``ws2qb``: ``ws2q`` with the slot's bf16 A pair read into registers once a step (``ldmatrix``) and the products
   issued with A from registers (``REGA`` 3): whether a K step is bound by shared memory's bandwidth. Per 64 × 64 step
   ``ws2q`` moves ~80 KB through shared memory (the TMA writes 32 KB, the three products read 48 KB: ~0.32 µs at
-  128 B a clock, against ~0.19 µs for the products at the tensor peak); this form reads 8 KB less.
+  128 B a clock, against ~0.19 µs for the products at the tensor peak); this form reads 8 KB less. On the H200 its
+  MMA time was ``ws2q``'s at K = 768 and 0.5 µs longer at 1024 (docs/dag.md "Results" 41): it is not.
 - ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
   release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
 - ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a
@@ -389,7 +390,7 @@ def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
 @gluon.jit
 def _regb_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAGES: gl.constexpr,
                  TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr):
-    """``REGB`` (form ``ws2qb``): ``ws2q``'s K loop with the slot's bf16 A pair read into wgmma's register A-operand
+    """``REGA`` 3 (form ``ws2qb``): ``ws2q``'s K loop with the slot's bf16 A pair read into wgmma's register A-operand
     layout (``ldmatrix``) once a step, the three products with A from registers (B: the slot's weight tiles). In
     ``ws2q`` each product reads its A tile from shared memory (a_hi twice, a_lo once: 24 KB a step at 64 × 64); here
     the pair is read once (16 KB). Step k's registers are carried to step k + 1's wait, so that wgmma reads them live."""
