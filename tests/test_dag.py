@@ -653,8 +653,10 @@ def test_ncu_bound_parses_the_raw_page():
     names = list(METRICS.values())
     header = ['"ID"', '"Kernel Name"'] + [f'"{m}"' for m in names]
     units = ['""', '""'] + ['"usecond"' if m == METRICS["duration_us"] else '"sector"'
-                            if m.endswith("op_read.sum") else '""' for m in names]
-    vals = {METRICS["duration_us"]: "431.5", METRICS["l2_read_sectors"]: "1,000,000", METRICS["tensor_pct"]: "18.2"}
+                            if m.endswith("op_read.sum") else '"cycle/usecond"' if m == METRICS["sm_clock_ghz"]
+                            else '""' for m in names]
+    vals = {METRICS["duration_us"]: "431.5", METRICS["l2_read_sectors"]: "1,000,000", METRICS["tensor_pct"]: "18.2",
+            METRICS["sm_clock_ghz"]: "1,755"}
     row = ['"0"', '"_dag_fwd"'] + [f'"{vals.get(m, "n/a")}"' for m in names]
     ws = ['"2"', '"dag_ws_fwd"'] + [f'"{vals.get(m, "n/a")}"' for m in names]   # form ws's kernel
     other = ['"1"', '"memset"'] + ['"1"' for _ in names]
@@ -664,6 +666,7 @@ def test_ncu_bound_parses_the_raw_page():
     for rec in recs:
         assert rec["duration_us"] == pytest.approx(431.5) and rec["tensor_pct"] == pytest.approx(18.2)
         assert rec["l2_read_gb"] == pytest.approx(0.032) and rec["dram_pct"] is None
+        assert rec["sm_clock_ghz"] == pytest.approx(1.755)   # cycles a µs -> GHz
 
 
 def test_interleave_probe_runs_its_sequences(tmp_path, capsys):

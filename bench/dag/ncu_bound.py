@@ -31,10 +31,13 @@ METRICS = {
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "l1_to_sm_pct": "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm_clock_ghz": "sm__cycles_elapsed.avg.per_second",   # the SMs' clock over the launch (the tensor peak scales)
 }
 
 
 KERNELS = ("_dag_fwd", "dag_ws_fwd")   # the two forms' kernels
+CLOCK_TO_GHZ = {"cycle/nsecond": 1.0, "cycle/usecond": 1e-3, "cycle/msecond": 1e-6, "cycle/second": 1e-9,
+                "ghz": 1.0, "mhz": 1e-3, "khz": 1e-6, "hz": 1e-9}
 
 
 def child(case_name: str, params: dict) -> int:
@@ -72,6 +75,8 @@ def parse(raw: str) -> list[dict]:
             unit = units.get(m, "").strip().lower()
             if v is not None and k == "duration_us":
                 v *= TIME_TO_US.get(unit, 1.0)
+            if v is not None and k == "sm_clock_ghz":
+                v *= CLOCK_TO_GHZ.get(unit, 1.0)
             if v is not None and k.endswith("_bytes"):
                 v *= SIZE_TO_B.get(unit, 1)
             rec[k] = v
@@ -121,7 +126,8 @@ def main(argv=None) -> int:
     os.replace(tmp, a.out / "ncu_bound.json")
     cols = (("duration_us", "us"), ("tensor_pct", "tensor%"), ("sm_pct", "sm%"), ("issue_pct", "issue%"),
             ("l2_pct", "L2%"), ("l2_read_gb", "L2rd GB"), ("l2_red_gb", "red GB"), ("l2_atom_gb", "atom GB"),
-            ("l2_hit_pct", "hit%"), ("dram_read_bytes", "DRAM B"), ("dram_pct", "DRAM%"), ("l1_to_sm_pct", "L1%"))
+            ("l2_hit_pct", "hit%"), ("dram_read_bytes", "DRAM B"), ("dram_pct", "DRAM%"), ("l1_to_sm_pct", "L1%"),
+            ("sm_clock_ghz", "GHz"))
     print(f"{'case':6} " + " ".join(f"{h:>8}" for _, h in cols))
     for res in results:
         for k in res.get("kernels", []):
