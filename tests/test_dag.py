@@ -777,3 +777,21 @@ def test_levers_ws_preset_prices_on_form_ws_costs(capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1].startswith("case04") and "%" in out[-1]
     assert levers._graph(load_case("case04")).tiling.cost == G.COST_MODELS["h200"]
+
+
+def test_time_split_of_a_trace():
+    """``bench.dag.time_split.split``: each program's time (first take to the launch's end) is split into the
+    consumer's phases without loss, and a GEMM's K loop over its steps is its time a K step."""
+    from bench.dag.time_split import split
+    us = 1000  # ns
+    # columns: 0 ticket, 1 wait done, 2 signalled, 3 program << 16, 4 work done, 5 taken, 6 K loop done, 7 unused
+    trace = [[0, 1 * us, 9 * us, 0 << 16, 8 * us, 0, 6 * us, 0],            # program 0: QKV, deps met at 1 µs
+             [0, 9 * us, 12 * us, 0 << 16, 11 * us, 9 * us, 0, 0],          # program 0: LayerNorm 9–11 µs
+             [0, 0, 12 * us, 1 << 16, 12 * us, 2 * us, 10 * us, 0]]         # program 1: FFN2 from 2 µs
+    r = split(trace, [1, 0, 6], {1: 5, 6: 4})
+    assert r["kernel_us"] == 12 and r["programs"] == 2
+    assert abs(sum(r["per_program_us"].values()) - 12) < 1e-9
+    per = {k: v * 2 for k, v in r["per_program_us"].items()}   # totals over the two programs
+    assert per["GEMM K loops"] == 5 + 8 and per["GEMM epilogues"] == 2 + 2 and per["LayerNorm"] == 2
+    assert per["dependencies not met"] == 1 and per["between tasks"] == (1 + 1) + 2
+    assert r["k_step"]["qkv"]["step_us"] == 1.0 and r["k_step"]["ffn2"]["step_us"] == 2.0

@@ -1,0 +1,143 @@
+"""Where form ws's consumer spends a launch, per program, from one traced launch (lab; docs/dag.md "Results" 41).
+
+The trace's stamps (``host.task_profile``'s columns: 5 the consumer took the task, 1 the loader's wait done, 6 a
+GEMM's K loop done, 4 the work done, 3 program << 16 | SM) split each program's time into: GEMM K loops (from the
+later of the take and the wait done to the K loop's end), GEMM epilogues, attention and LayerNorm tasks (from the
+later of take and wait to done), a task taken with its dependencies not yet met (take to wait done), and the time
+between tasks (with the time before a program's first and after its last). Per GEMM kind also the median time a
+K step (a task's K loop over its 64-wide steps) and how it moves with the number of programs in a K loop at once.
+
+    python -m bench.dag.time_split --cases 12 4 --out DIR      # GPU: prepare each case at its committed
+                                                               # parameters with trace, three calls, the third's
+    python -m bench.dag.time_split --from DIR                  # the saved traces again, no GPU
+
+Writes ``DIR/trace_caseNN.pt`` (the trace, the tasks' kinds and K steps) and ``DIR/time_split.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import statistics
+from collections import defaultdict
+
+GEMM = {1: "qkv", 3: "oproj", 5: "ffn1", 6: "ffn2"}
+ATTN, LN = 2, (0, 4, 7)
+
+
+def gemm_steps(case, tiling) -> dict:
+    """K steps (64 wide) of one task of each GEMM kind."""
+    D = case.D
+    return {1: D // 64, 3: -(-D // tiling.split_k_o) // 64, 5: D // 64, 6: -(-4 * D // tiling.split_k_ffn2) // 64}
+
+
+def split(trace, kinds: list, steps: dict) -> dict:
+    """The per-program split of a trace ([tasks, 8] ns stamps, form ws) and the GEMM kinds' time a K step."""
+    t = [[float(v) for v in row] for row in trace]
+    t0 = min(r[0] for r in t)
+    us = [[(v - t0) / 1e3 for v in r] for r in t]
+    kernel = max(r[2] for r in us)
+    prog = [int(r[3]) >> 16 for r in t]
+    by = defaultdict(list)
+    for i, p in enumerate(prog):
+        by[p].append(i)
+    acc = defaultdict(float)
+    loops = []
+    for idx in by.values():
+        idx.sort(key=lambda i: us[i][5])
+        prev = None
+        for i in idx:
+            took, dep, done, kd = us[i][5], us[i][1], us[i][4], us[i][6]
+            acc["between tasks"] += max(0.0, took - prev) if prev is not None else took
+            acc["dependencies not met"] += max(0.0, dep - took)
+            start = max(took, dep)
+            if kinds[i] in GEMM:
+                acc["GEMM K loops"] += kd - start
+                acc["GEMM epilogues"] += done - kd
+                loops.append((start, kd, kinds[i]))
+            elif kinds[i] == ATTN:
+                acc["attention"] += done - start
+            else:
+                acc["LayerNorm"] += done - start
+            prev = done
+        acc["between tasks"] += kernel - prev
+    n = len(by)
+    starts, ends = sorted(x[0] for x in loops), sorted(x[1] for x in loops)
+    per = defaultdict(list)
+    for s, e, k in loops:
+        mid = (s + e) / 2
+        per[k].append((bisect.bisect_right(starts, mid) - bisect.bisect_right(ends, mid), (e - s) / steps[k]))
+    step = {}
+    for k, v in per.items():
+        v.sort()
+        q = max(1, len(v) // 4)
+        step[GEMM[k]] = dict(tasks=len(v), steps=steps[k], step_us=statistics.median(x[1] for x in v),
+                             step_us_fewest=statistics.median(x[1] for x in v[:q]),
+                             step_us_most=statistics.median(x[1] for x in v[-q:]),
+                             concurrency=[v[0][0], statistics.median(x[0] for x in v), v[-1][0]])
+    return dict(kernel_us=kernel, programs=n, per_program_us={k: a / n for k, a in acc.items()},
+                share={k: a / (n * kernel) for k, a in acc.items()}, k_step=step)
+
+
+def capture(case_id, out: str) -> str:
+    """Prepare case ``case_id`` at its committed parameters with ``trace``, run it three times, save the third."""
+    import torch
+    import yaml
+
+    from kernels import load_case, make_input, make_weights
+    from kernels.dag import host
+    case = load_case(case_id)
+    path = os.path.join("config", "tuned", "h200", f"{case.name}.yaml")
+    params = dict(yaml.safe_load(open(path))["dag"]["params"])
+    w = make_weights(case, device=torch.device("cuda"))
+    p = host.prepare(case, w, **dict(params, tune="off", trace=True))
+    x = make_input(case, 0.1, 0, device=torch.device("cuda"))
+    for _ in range(3):
+        host.run(p, x)
+    torch.cuda.synchronize()
+    rec = dict(case=case.name, params=params, kinds=[x.kind for x in p.graph.tasks],
+               steps=gemm_steps(case, p.graph.tiling), trace=p.trace.cpu().tolist())
+    f = os.path.join(out, f"trace_{case.name}.pt")
+    torch.save(rec, f + ".tmp")
+    os.replace(f + ".tmp", f)
+    return f
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", nargs="+", default=["12", "4"])
+    ap.add_argument("--out", help="folder for the traces and time_split.json (GPU)")
+    ap.add_argument("--from", dest="src", help="a folder of saved traces to split again (no GPU)")
+    a = ap.parse_args(argv)
+    import torch
+    if a.src is None:
+        if not a.out:
+            raise SystemExit("time_split: --out DIR (GPU) or --from DIR (saved traces)")
+        if not torch.cuda.is_available():
+            raise SystemExit("time_split: no CUDA device; pass --from DIR to split saved traces")
+        os.makedirs(a.out, exist_ok=True)
+        files = [capture(c, a.out) for c in a.cases]
+    else:
+        files = sorted(os.path.join(a.src, f) for f in os.listdir(a.src) if f.startswith("trace_") and
+                       f.endswith(".pt"))
+    res = {}
+    for f in files:
+        rec = torch.load(f)
+        res[rec["case"]] = r = split(rec["trace"], rec["kinds"], {int(k): v for k, v in rec["steps"].items()})
+        print(f"{rec['case']}: {r['kernel_us']:.1f} us traced, {r['programs']} programs", flush=True)
+        for k, v in r["per_program_us"].items():
+            print(f"  {k:22} {v:7.1f} us  {100 * r['share'][k]:5.1f}%")
+        for k, v in r["k_step"].items():
+            print(f"  {k:6} K step {v['step_us']:.3f} us ({v['steps']} a task; {v['step_us_fewest']:.3f} with the "
+                  f"fewest programs in a K loop, {v['step_us_most']:.3f} with the most)")
+    out = a.out or a.src
+    tmp = os.path.join(out, ".time_split.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(res, fh, indent=1)
+    os.replace(tmp, os.path.join(out, "time_split.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
