@@ -23,7 +23,7 @@ import statistics
 from collections import defaultdict
 
 GEMM = {1: "qkv", 3: "oproj", 5: "ffn1", 6: "ffn2"}
-ATTN, LN = 2, (0, 4, 7)
+ATTN = 2   # the other kinds (0, 4, 7) are LayerNorm tasks
 
 
 def gemm_steps(case, tiling) -> dict:
