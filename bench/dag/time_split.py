@@ -26,15 +26,17 @@ GEMM = {1: "qkv", 3: "oproj", 5: "ffn1", 6: "ffn2"}
 ATTN = 2   # the other kinds (0, 4, 7) are LayerNorm tasks
 
 
-def gemm_steps(case, tiling) -> dict:
-    """K steps (64 wide) of one task of each GEMM kind."""
-    D = case.D
-    return {1: D // 64, 3: -(-D // tiling.split_k_o) // 64, 5: D // 64, 6: -(-4 * D // tiling.split_k_ffn2) // 64}
+def gemm_steps(meta: dict) -> dict:
+    """K steps (64 wide) of one task of each GEMM kind, from the prepared kernel's meta (its K chunks)."""
+    D = meta["D"]
+    return {1: D // 64, 3: -(-meta["K_CHUNK_O"] // 64), 5: D // 64, 6: -(-meta["K_CHUNK_FFN2"] // 64)}
 
 
 def split(trace, kinds: list, steps: dict) -> dict:
-    """The per-program split of a trace ([tasks, 8] ns stamps, form ws) and the GEMM kinds' time a K step."""
-    t = [[float(v) for v in row] for row in trace]
+    """The per-program split of a trace ([tasks, 8] ns stamps, form ws) and the GEMM kinds' time a K step. A task's
+    phases start where ``bench.dag.ws_dag.phase_profile``'s do: at the later of the take and the wait done."""
+    from bench.dag.ws_dag import _float_trace
+    t = _float_trace(trace).tolist()
     t0 = min(r[0] for r in t)
     us = [[(v - t0) / 1e3 for v in r] for r in t]
     kernel = max(r[2] for r in us)
@@ -83,13 +85,14 @@ def split(trace, kinds: list, steps: dict) -> dict:
 def capture(case_id, out: str) -> str:
     """Prepare case ``case_id`` at its committed parameters with ``trace``, run it three times, save the third."""
     import torch
-    import yaml
 
+    from bench.dag.ws_ab import committed_params
     from kernels import load_case, make_input, make_weights
     from kernels.dag import host
     case = load_case(case_id)
-    path = os.path.join("config", "tuned", "h200", f"{case.name}.yaml")
-    params = dict(yaml.safe_load(open(path))["dag"]["params"])
+    params = committed_params(case, "h200")
+    if params is None:
+        raise SystemExit(f"time_split: {case.name} has no committed dag parameters for the H200")
     w = make_weights(case, device=torch.device("cuda"))
     p = host.prepare(case, w, **dict(params, tune="off", trace=True))
     x = make_input(case, 0.1, 0, device=torch.device("cuda"))
@@ -97,7 +100,7 @@ def capture(case_id, out: str) -> str:
         host.run(p, x)
     torch.cuda.synchronize()
     rec = dict(case=case.name, params=params, kinds=[x.kind for x in p.graph.tasks],
-               steps=gemm_steps(case, p.graph.tiling), trace=p.trace.cpu().tolist())
+               steps=gemm_steps(p.meta), trace=p.trace.cpu().tolist())
     f = os.path.join(out, f"trace_{case.name}.pt")
     torch.save(rec, f + ".tmp")
     os.replace(f + ".tmp", f)
