@@ -82,8 +82,9 @@ def split(trace, kinds: list, steps: dict) -> dict:
                 share={k: a / (n * kernel) for k, a in acc.items()}, k_step=step)
 
 
-def capture(case_id, out: str) -> str:
-    """Prepare case ``case_id`` at its committed parameters with ``trace``, run it three times, save the third."""
+def capture(case_id, out: str, extra: dict | None = None, tag: str = "") -> str:
+    """Prepare case ``case_id`` at its committed parameters (``extra`` over them) with ``trace``, run it three times,
+    save the third (``trace_<case><tag>.pt``)."""
     import torch
 
     from bench.dag.ws_ab import committed_params
@@ -94,14 +95,15 @@ def capture(case_id, out: str) -> str:
     if params is None:
         raise SystemExit(f"time_split: {case.name} has no committed dag parameters for the H200")
     w = make_weights(case, device=torch.device("cuda"))
+    params = dict(params, **(extra or {}))
     p = host.prepare(case, w, **dict(params, tune="off", trace=True))
     x = make_input(case, 0.1, 0, device=torch.device("cuda"))
     for _ in range(3):
         host.run(p, x)
     torch.cuda.synchronize()
-    rec = dict(case=case.name, params=params, kinds=[x.kind for x in p.graph.tasks],
+    rec = dict(case=case.name + tag, params=params, kinds=[x.kind for x in p.graph.tasks],
                steps=gemm_steps(p.meta), trace=p.trace.cpu().tolist())
-    f = os.path.join(out, f"trace_{case.name}.pt")
+    f = os.path.join(out, f"trace_{case.name}{tag}.pt")
     torch.save(rec, f + ".tmp")
     os.replace(f + ".tmp", f)
     return f
@@ -112,6 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", nargs="+", default=["12", "4"])
     ap.add_argument("--out", help="folder for the traces and time_split.json (GPU)")
     ap.add_argument("--from", dest="src", help="a folder of saved traces to split again (no GPU)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="parameters over the committed ones (the traces are saved as trace_<case>_set.pt)")
     a = ap.parse_args(argv)
     import torch
     if a.src is None:
@@ -120,7 +124,9 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("time_split: no CUDA device; pass --from DIR to split saved traces")
         os.makedirs(a.out, exist_ok=True)
-        files = [capture(c, a.out) for c in a.cases]
+        from kernels.dag.host import parse_value
+        extra = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in a.set)}
+        files = [capture(c, a.out, extra, "_set" if extra else "") for c in a.cases]
     else:
         files = sorted(os.path.join(a.src, f) for f in os.listdir(a.src) if f.startswith("trace_") and
                        f.endswith(".pt"))
