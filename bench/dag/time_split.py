@@ -9,6 +9,8 @@ K step (a task's K loop over its 64-wide steps) and how it moves with the number
 
     python -m bench.dag.time_split --cases 12 4 --out DIR      # GPU: prepare each case at its committed
                                                                # parameters with trace, three calls, the third's
+    python -m bench.dag.time_split --cases 12 --out DIR --set scheme_ffn2=f16_w1   # parameters over the committed
+                                                               # ones (saved as trace_caseNN_set.pt)
     python -m bench.dag.time_split --from DIR                  # the saved traces again, no GPU
 
 Writes ``DIR/trace_caseNN.pt`` (the trace, the tasks' kinds and K steps) and ``DIR/time_split.json``.
