@@ -744,6 +744,26 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
     assert ts["shared"] <= 232448, ts
 
 
+def test_mma_rate_probe_compiles_for_sm90():
+    """``bench.dag.mma_rate`` (GPU only to run; docs/dag.md "Results" 42): each form is the wgmma it is named for, four
+    instructions a K step (an fp16 product of depth 64, an fp8 one of 128, both in ``mix_m64``), one group left in
+    flight a product."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bench.dag.mma_rate", "--compile"], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    f16, f8 = "m64n128k16.f32.f16.f16", "m64n128k32.f32.e4m3.e4m3"
+    assert r["fp16_m64"]["wgmma"] == r["fp16_m128"]["wgmma"] == {f16: 4}, r
+    assert r["fp8_m64"]["wgmma"] == r["fp8_m128"]["wgmma"] == {f8: 4}, r
+    assert r["mix_m64"]["wgmma"] == {f16: 4, f8: 4} and r["fp16x2_m64"]["wgmma"] == {f16: 8}, r
+    assert r["mix_m64"]["waits"] == ["2", "0"] and r["fp16_m64"]["waits"] == ["1", "0"], r
+
+
 def test_ws_chain_reference_is_the_split_operands_chain():
     """The probe's float64 reference multiplies what the kernel multiplies (hi + lo of x0 and every W), stage by
     stage; its launch bookkeeping has one task per (stage, row block, column tile)."""

@@ -1,0 +1,193 @@
+"""The tensor-core rate one CTA per SM reaches with back-to-back wgmma from shared memory, fp16 against fp8 e4m3, one
+warpgroup (64-row tiles, as form ws's consumer) against two (128 rows) (lab; docs/dag.md "Results" 42). No loads,
+no epilogue: each CTA issues ``--iters`` K steps of async wgmma on one [rows, K] A tile and one B tile of N = 128 (fp16:
+K = 64, B [K, N]; fp8: K = 128, B K-major [N, K] viewed transposed, as form ws's f16f8 scheme held them), keeping
+``--inflight`` steps in flight, and times them with ``%globaltimer`` and ``clock64`` (so the SM clock too). The tiles
+are left uninitialized: the values do not change an MMA's time.
+
+    python -m bench.dag.mma_rate --out DIR            # GPU: one JSON, a line per form
+    python -m bench.dag.mma_rate --compile            # CPU: each form's sm_90a wgmma (tests/test_dag.py)
+
+Per form: TFLOP/s over all CTAs (the grid is the SM count), per SM and clock (dense fp16 peak: 4096 flops a clock an
+SM, fp8 8192 by the datasheet's ratio), and the SM clock the kernel ran at. ``mix_m64`` is f16f8's K step (the fp16
+product into one accumulator, the fp8 product into another): at the two rates 0.28 µs a step at 1.8 GHz;
+``fp16x2_m64`` the control, two fp16 products of depth 64 into two accumulators.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
+
+_NOW = gl.constexpr("mov.u64 $0, %globaltimer;")
+_CLK = gl.constexpr("mov.u64 $0, %clock64;")
+
+
+@gluon.jit
+def _stamp(asm: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
+    z = gl.arange(0, NT, layout=lay)
+    return gl.inline_asm_elementwise(asm, "=l,r", [z], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _rate_mix(out_ptr, ITERS: gl.constexpr, ROWS: gl.constexpr, INFLIGHT: gl.constexpr, SECOND8: gl.constexpr,
+              num_warps: gl.constexpr):
+    """f16f8's K step: an fp16 product of depth 64 into ``acc``, then an fp8 one of depth 128 into ``acc8``
+    (``SECOND8`` false: a second fp16 product of depth 64 there instead, the control)."""
+    BN: gl.constexpr = 128
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BN, 16])
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                   instr_shape=[16, BN, 32 if SECOND8 else 16])
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    a8 = gl.allocate_shared_memory(gl.float8e4nv, [ROWS, 128],
+                                   gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv))
+    b8 = gl.allocate_shared_memory(gl.float8e4nv, [BN, 128],
+                                   gl.NVMMASharedLayout.get_default_for([BN, 128], gl.float8e4nv)).permute((1, 0))
+    a = gl.allocate_shared_memory(gl.float16, [ROWS, 64], gl.NVMMASharedLayout.get_default_for([ROWS, 64], gl.float16))
+    b = gl.allocate_shared_memory(gl.float16, [64, BN], gl.NVMMASharedLayout.get_default_for([64, BN], gl.float16))
+    a2 = gl.allocate_shared_memory(gl.float16, [ROWS, 64], gl.NVMMASharedLayout.get_default_for([ROWS, 64], gl.float16))
+    acc = gl.zeros([ROWS, BN], gl.float32, layout=mma)
+    acc8 = gl.zeros([ROWS, BN], gl.float32, layout=mma8)
+    t0 = _stamp(_NOW, lay, 32 * num_warps)
+    c0 = _stamp(_CLK, lay, 32 * num_warps)
+    for i in range(ITERS):
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        if SECOND8:
+            acc8 = warpgroup_mma(a8, b8, acc8, is_async=True)
+        else:
+            acc8 = warpgroup_mma(a2, b, acc8, is_async=True)
+        acc, acc8 = warpgroup_mma_wait(2 * INFLIGHT, deps=(acc, acc8))
+    acc, acc8 = warpgroup_mma_wait(0, deps=(acc, acc8))
+    t1 = _stamp(_NOW, lay, 32 * num_warps)
+    c1 = _stamp(_CLK, lay, 32 * num_warps)
+    pid = gl.program_id(0)
+    tid = gl.arange(0, 32 * num_warps, layout=lay)
+    first = tid == 0
+    gl.store(out_ptr + pid * 4 + 0 + tid * 0, t1 - t0, mask=first)
+    gl.store(out_ptr + pid * 4 + 1 + tid * 0, c1 - c0, mask=first)
+    s = gl.sum(gl.sum(acc, axis=1), axis=0) + gl.sum(gl.sum(gl.convert_layout(acc8, mma), axis=1), axis=0)
+    gl.store(out_ptr + pid * 4 + 2 + tid * 0, s.to(gl.int64), mask=first)
+
+
+@gluon.jit
+def _rate(out_ptr, ITERS: gl.constexpr, FP8: gl.constexpr, ROWS: gl.constexpr, INFLIGHT: gl.constexpr,
+          num_warps: gl.constexpr):
+    BN: gl.constexpr = 128
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BN, 32 if FP8 else 16])
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    if FP8:
+        la: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
+        lb: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, 128], gl.float8e4nv)
+        a = gl.allocate_shared_memory(gl.float8e4nv, [ROWS, 128], la)
+        b = gl.allocate_shared_memory(gl.float8e4nv, [BN, 128], lb).permute((1, 0))
+    else:
+        la: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, 64], gl.float16)
+        lb: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BN], gl.float16)
+        a = gl.allocate_shared_memory(gl.float16, [ROWS, 64], la)
+        b = gl.allocate_shared_memory(gl.float16, [64, BN], lb)
+    acc = gl.zeros([ROWS, BN], gl.float32, layout=mma)
+    t0 = _stamp(_NOW, lay, 32 * num_warps)
+    c0 = _stamp(_CLK, lay, 32 * num_warps)
+    for i in range(ITERS):
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc = warpgroup_mma_wait(INFLIGHT, deps=(acc, ))
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    t1 = _stamp(_NOW, lay, 32 * num_warps)
+    c1 = _stamp(_CLK, lay, 32 * num_warps)
+    pid = gl.program_id(0)
+    tid = gl.arange(0, 32 * num_warps, layout=lay)
+    first = tid == 0
+    gl.store(out_ptr + pid * 4 + 0 + tid * 0, t1 - t0, mask=first)
+    gl.store(out_ptr + pid * 4 + 1 + tid * 0, c1 - c0, mask=first)
+    s = gl.sum(gl.sum(acc, axis=1), axis=0)   # keeps the products alive
+    gl.store(out_ptr + pid * 4 + 2 + tid * 0, s.to(gl.int64), mask=first)
+
+
+FORMS = {   # name: (fp8, rows, warps); fp8 "mix": f16f8's K step (an fp16 product of depth 64, an fp8 one of 128)
+    "fp16_m64": (False, 64, 4),
+    "mix_m64": ("mix", 64, 4),
+    "fp16x2_m64": ("fp16x2", 64, 4),
+    "fp8_m64": (True, 64, 4),
+    "fp16_m128": (False, 128, 8),
+    "fp8_m128": (True, 128, 8),
+}
+
+
+def measure(name: str, iters: int, inflight: int) -> dict:
+    import torch
+    fp8, rows, warps = FORMS[name]
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    out = torch.zeros(n_sm, 4, dtype=torch.int64, device="cuda")
+    args = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
+    for _ in range(3):   # compile, then warm the clocks; the third is kept
+        if fp8 in ("mix", "fp16x2"):
+            _rate_mix[(n_sm, )](out, SECOND8=fp8 == "mix", **args)
+        else:
+            _rate[(n_sm, )](out, FP8=fp8, **args)
+        torch.cuda.synchronize()
+    ns = out[:, 0].double().median().item()
+    cyc = out[:, 1].double().median().item()
+    k = {"mix": 64 + 128, "fp16x2": 128, True: 128, False: 64}[fp8]
+    flops = 2.0 * rows * 128 * k * iters
+    return dict(form=name, iters=iters, inflight=inflight, rows=rows, k_step=k, ns=ns, cycles=cyc,
+                ghz=cyc / ns, tflops=flops * n_sm / ns / 1e3, flops_per_clk_sm=flops / cyc,
+                us_per_step=ns / iters / 1e3)
+
+
+def compile_form(name: str, iters: int = 64, inflight: int = 1) -> dict:
+    """``name`` compiled for sm_90a without a GPU: its wgmma instructions (shape and types: count in the PTX) and
+    wgmma waits."""
+    import collections
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    fp8, rows, warps = FORMS[name]
+    mix = fp8 in ("mix", "fp16x2")
+    fn = _rate_mix if mix else _rate
+    cst = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
+    cst.update(SECOND8=fp8 == "mix") if mix else cst.update(FP8=fp8)
+    names = list(fn.arg_names)
+    sig = dict({"out_ptr": "*i64"}, **{k: "constexpr" for k in cst})
+    src = GluonASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in cst.items()})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps)).asm["ptx"]
+    return dict(wgmma=dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+\.\w+\.\w+\.\w+)",
+                                                           ptx))),
+                waits=re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="folder for mma_rate.json (GPU)")
+    ap.add_argument("--compile", action="store_true", help="compile each form for sm_90a (no GPU), print JSON")
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    ap.add_argument("--iters", type=int, default=4096)
+    ap.add_argument("--inflight", type=int, default=1, help="wgmma groups left in flight after each issue")
+    a = ap.parse_args(argv)
+    if a.compile:
+        print(json.dumps({f: compile_form(f) for f in a.forms}))
+        return 0
+    if not a.out:
+        raise SystemExit("mma_rate: --out DIR (GPU) or --compile (CPU)")
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    for f in a.forms:
+        r = measure(f, a.iters, a.inflight)
+        rows.append(r)
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+    tmp = os.path.join(a.out, ".mma_rate.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(rows, fh, indent=1)
+    os.replace(tmp, os.path.join(a.out, "mma_rate.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
