@@ -34,6 +34,18 @@ def _stamp(asm: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr):
 
 
 @gluon.jit
+def _finish(out_ptr, t0, c0, s, lay: gl.constexpr, NT: gl.constexpr):
+    """The CTA's elapsed ns and clocks since (t0, c0), and the accumulators' sum ``s``, into out[program, 0:3]."""
+    t1 = _stamp(_NOW, lay, NT)
+    c1 = _stamp(_CLK, lay, NT)
+    pid = gl.program_id(0)
+    first = gl.arange(0, NT, layout=lay) == 0
+    gl.store(out_ptr + pid * 4 + 0 + t1 * 0, t1 - t0, mask=first)
+    gl.store(out_ptr + pid * 4 + 1 + t1 * 0, c1 - c0, mask=first)
+    gl.store(out_ptr + pid * 4 + 2 + t1 * 0, s.to(gl.int64), mask=first)
+
+
+@gluon.jit
 def _rate_mix(out_ptr, ITERS: gl.constexpr, ROWS: gl.constexpr, INFLIGHT: gl.constexpr, SECOND8: gl.constexpr,
               num_warps: gl.constexpr):
     """f16f8's K step: an fp16 product of depth 64 into ``acc``, then an fp8 one of depth 128 into ``acc8``
@@ -63,15 +75,8 @@ def _rate_mix(out_ptr, ITERS: gl.constexpr, ROWS: gl.constexpr, INFLIGHT: gl.con
             acc8 = warpgroup_mma(a2, b, acc8, is_async=True)
         acc, acc8 = warpgroup_mma_wait(2 * INFLIGHT, deps=(acc, acc8))
     acc, acc8 = warpgroup_mma_wait(0, deps=(acc, acc8))
-    t1 = _stamp(_NOW, lay, 32 * num_warps)
-    c1 = _stamp(_CLK, lay, 32 * num_warps)
-    pid = gl.program_id(0)
-    tid = gl.arange(0, 32 * num_warps, layout=lay)
-    first = tid == 0
-    gl.store(out_ptr + pid * 4 + 0 + tid * 0, t1 - t0, mask=first)
-    gl.store(out_ptr + pid * 4 + 1 + tid * 0, c1 - c0, mask=first)
     s = gl.sum(gl.sum(acc, axis=1), axis=0) + gl.sum(gl.sum(gl.convert_layout(acc8, mma), axis=1), axis=0)
-    gl.store(out_ptr + pid * 4 + 2 + tid * 0, s.to(gl.int64), mask=first)
+    _finish(out_ptr, t0, c0, s, lay, 32 * num_warps)
 
 
 @gluon.jit
@@ -98,15 +103,7 @@ def _rate(out_ptr, ITERS: gl.constexpr, FP8: gl.constexpr, ROWS: gl.constexpr, I
         acc = warpgroup_mma(a, b, acc, is_async=True)
         acc = warpgroup_mma_wait(INFLIGHT, deps=(acc, ))
     acc = warpgroup_mma_wait(0, deps=(acc, ))
-    t1 = _stamp(_NOW, lay, 32 * num_warps)
-    c1 = _stamp(_CLK, lay, 32 * num_warps)
-    pid = gl.program_id(0)
-    tid = gl.arange(0, 32 * num_warps, layout=lay)
-    first = tid == 0
-    gl.store(out_ptr + pid * 4 + 0 + tid * 0, t1 - t0, mask=first)
-    gl.store(out_ptr + pid * 4 + 1 + tid * 0, c1 - c0, mask=first)
-    s = gl.sum(gl.sum(acc, axis=1), axis=0)   # keeps the products alive
-    gl.store(out_ptr + pid * 4 + 2 + tid * 0, s.to(gl.int64), mask=first)
+    _finish(out_ptr, t0, c0, gl.sum(gl.sum(acc, axis=1), axis=0), lay, 32 * num_warps)   # (s: the products alive)
 
 
 FORMS = {   # name: (fp8, rows, warps); fp8 "mix": f16f8's K step (an fp16 product of depth 64, an fp8 one of 128)
