@@ -764,6 +764,25 @@ def test_mma_rate_probe_compiles_for_sm90():
     assert r["mix_m64"]["waits"] == ["2", "0"] and r["fp16_m64"]["waits"] == ["1", "0"], r
 
 
+def test_feed_rate_probe_compiles_for_sm90():
+    """``bench.dag.feed_rate`` (GPU only to run; docs/dag.md "Results" 42): the ring's first stages − 1 steps and the
+    loop's one step of ``boxes`` TMA copies each, one mbarrier wait, the ring in shared memory."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bench.dag.feed_rate", "--compile", "--boxes", "4", "6"],
+                         capture_output=True, text=True, env=env, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for b in (4, 6):
+        f = r[f"{b}x4"]
+        assert f["tma"] == 4 * b and f["waits"] == 1, r
+        assert 4 * b * 8192 <= f["shared"] <= 232448, r
+
+
 def test_ws_chain_reference_is_the_split_operands_chain():
     """The probe's float64 reference multiplies what the kernel multiplies (hi + lo of x0 and every W), stage by
     stage; its launch bookkeeping has one task per (stage, row block, column tile)."""
