@@ -21,7 +21,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from bench.dag.mma_rate import _CLK, _NOW, _stamp
+from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show
 
 T64 = gl.constexpr(64)
 
@@ -118,17 +118,8 @@ def main(argv=None) -> int:
     import torch
     os.makedirs(a.out, exist_ok=True)
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = []
-    for p in a.programs:
-        for s in a.stages:
-            for b in a.boxes:
-                r = measure(b, s, p or n_sm, a.iters, a.mb)
-                rows.append(r)
-                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
-    tmp = os.path.join(a.out, ".feed_rate.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(rows, fh, indent=1)
-    os.replace(tmp, os.path.join(a.out, "feed_rate.json"))
+    save(a.out, "feed_rate.json", [show(measure(b, s, p or n_sm, a.iters, a.mb))
+                                   for p in a.programs for s in a.stages for b in a.boxes])
     return 0
 
 

@@ -137,6 +137,20 @@ def measure(name: str, iters: int, inflight: int) -> dict:
                 us_per_step=ns / iters / 1e3)
 
 
+def show(r: dict) -> dict:
+    """Print one result as a JSON line (floats to 4 places) and return it."""
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+    return r
+
+
+def save(out: str, name: str, rows: list) -> None:
+    """``rows`` as ``out/name``, written atomically."""
+    tmp = os.path.join(out, f".{name}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(rows, fh, indent=1)
+    os.replace(tmp, os.path.join(out, name))
+
+
 def compile_form(name: str, iters: int = 64, inflight: int = 1) -> dict:
     """``name`` compiled for sm_90a without a GPU: its wgmma instructions (shape and types: count in the PTX) and
     wgmma waits."""
@@ -174,15 +188,7 @@ def main(argv=None) -> int:
     if not a.out:
         raise SystemExit("mma_rate: --out DIR (GPU) or --compile (CPU)")
     os.makedirs(a.out, exist_ok=True)
-    rows = []
-    for f in a.forms:
-        r = measure(f, a.iters, a.inflight)
-        rows.append(r)
-        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
-    tmp = os.path.join(a.out, ".mma_rate.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(rows, fh, indent=1)
-    os.replace(tmp, os.path.join(a.out, "mma_rate.json"))
+    save(a.out, "mma_rate.json", [show(measure(f, a.iters, a.inflight)) for f in a.forms])
     return 0
 
 
