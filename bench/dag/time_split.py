@@ -127,6 +127,9 @@ def main(argv=None) -> int:
             raise SystemExit("time_split: no CUDA device; pass --from DIR to split saved traces")
         os.makedirs(a.out, exist_ok=True)
         from kernels.dag.host import parse_value
+        bad = [kv for kv in a.set if "=" not in kv or kv.startswith("=")]
+        if bad:
+            raise SystemExit(f"time_split: --set takes NAME=VALUE pairs (got {bad[0]!r})")
         extra = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in a.set)}
         files = [capture(c, a.out, extra, "_set" if extra else "") for c in a.cases]
     else:
