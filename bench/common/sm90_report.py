@@ -31,6 +31,22 @@ def serialization_notes(ptxas_text: str) -> list[str]:
     return sorted(set(re.findall(r"\((C\d{4})\)[^\n]*wgmma[^\n]*serialized", ptxas_text)))
 
 
+def compile_gluon(fn, sig: dict, constexprs: dict, aligned=(), **options):
+    """Gluon kernel ``fn`` compiled for sm_90a without a GPU: ``sig`` the runtime arguments' types by name (a
+    descriptor's ``mangle_type``, ``*bf16``, ``i32`` …), ``constexprs`` the constexpr values by name, ``aligned`` the
+    arguments stated 16-divisible (``tt.divisibility``), ``options`` ``triton.compile``'s (num_warps, maxnreg …).
+    Returns Triton's CompiledKernel (``asm["ptx"]``, ``metadata``; ``report`` reads its resources)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    names = list(fn.arg_names)
+    full = dict(sig, **{k: "constexpr" for k in constexprs})
+    full = {n: full[n] for n in names if n in full}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    src = GluonASTSource(fn, full, constexprs={(names.index(k),): v for k, v in constexprs.items()},
+                         attrs=attrs or None)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
 def report(kernel) -> dict:
     """registers, spill store/load bytes, shared memory, wgmma present / serialized, of Triton's compiled kernel."""
     ptx = kernel.asm.get("ptx", "")

@@ -83,19 +83,15 @@ def compile_form(boxes: int = 6, stages: int = 4, iters: int = 64) -> dict:
     """``_feed`` compiled for sm_90a without a GPU: its TMA copies (the first stages − 1 steps unrolled, then one
     step's in the loop), mbarrier waits and shared memory."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
+
+    from bench.common.sm90_report import compile_gluon
     rows = 65536
     d = TensorDescriptor(torch.empty(rows, 64, dtype=torch.bfloat16), [rows, 64], [64, 1], [64, 64],
                          gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16))
     cst = dict(ITERS=iters, BOXES=boxes, STAGES=stages, num_warps=4)
-    names = list(_feed.arg_names)
-    sig = dict({"src_d": mangle_type(d), "out_ptr": "*i64", "rows": "i32"}, **{k: "constexpr" for k in cst})
-    src = GluonASTSource(_feed, sig, constexprs={(names.index(k),): v for k, v in cst.items()})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    k = compile_gluon(_feed, {"src_d": mangle_type(d), "out_ptr": "*i64", "rows": "i32"}, cst, num_warps=4)
     ptx = k.asm["ptx"]
     return dict(tma=ptx.count("cp.async.bulk.tensor"), waits=ptx.count("mbarrier.try_wait"), shared=k.metadata.shared)
 

@@ -157,18 +157,13 @@ def compile_form(name: str, iters: int = 64, inflight: int = 1) -> dict:
     import collections
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    from bench.common.sm90_report import compile_gluon
     fp8, rows, warps = FORMS[name]
     mix = fp8 in ("mix", "fp16x2")
     fn = _rate_mix if mix else _rate
     cst = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
     cst.update(SECOND8=fp8 == "mix") if mix else cst.update(FP8=fp8)
-    names = list(fn.arg_names)
-    sig = dict({"out_ptr": "*i64"}, **{k: "constexpr" for k in cst})
-    src = GluonASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in cst.items()})
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps)).asm["ptx"]
+    ptx = compile_gluon(fn, {"out_ptr": "*i64"}, cst, num_warps=warps).asm["ptx"]
     return dict(wgmma=dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+\.\w+\.\w+\.\w+)",
                                                            ptx))),
                 waits=re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))

@@ -569,10 +569,10 @@ def _resources(k) -> dict:
 def compile_ws(case: int, form: str = "ws", trace: bool = False) -> dict:
     """Compile ``attn_ws`` for sm_90a without a GPU with case ``case``'s shape and ``form``'s options."""
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
+
+    from bench.common.sm90_report import compile_gluon
     sh = case_shape(case)
     rows = 3 * sh["B"] * sh["H"] * sh["S"]
     t = torch.empty(rows, BLOCK, dtype=torch.bfloat16)
@@ -582,12 +582,9 @@ def compile_ws(case: int, form: str = "ws", trace: bool = False) -> dict:
     sig = {n: mangle_type(d) for n, d in zip(names[:2], descs)}
     sig.update(o_hi_ptr="*bf16", o_lo_ptr="*bf16", trace_ptr="*i64", n_tasks="i32", qk_scale="fp32")
     cex = dict(B=sh["B"], S=sh["S"], H=sh["H"], CAUSAL=sh["causal"], TRACE=trace, num_warps=4, **WS_FORMS[form])
-    sig.update({n: "constexpr" for n in cex})
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_hi_ptr", "o_lo_ptr", "trace_ptr", "n_tasks")}
-    src = GluonASTSource(attn_ws, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
     t0 = time.time()
     reg = {"maxnreg": WS_MAXNREG[form]} if WS_MAXNREG[form] else {}
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, **reg))
+    k = compile_gluon(attn_ws, sig, cex, ("o_hi_ptr", "o_lo_ptr", "trace_ptr", "n_tasks"), num_warps=4, **reg)
     rec = dict(case=case, form=form, compile_s=round(time.time() - t0, 1))
     rec.update(_resources(k))
     rec.update(_ptx_counts(k.asm["ptx"], k.asm["ttgir"]))

@@ -330,6 +330,17 @@ def _splitter(a_hi, a_lo, ready, split, stats, tid_ring, K: gl.constexpr, STAGES
 
 
 @gluon.jit
+def _ready_slot(bars, g, kk, trace_ptr, t, STAGES: gl.constexpr, TRACE: gl.constexpr, lay: gl.constexpr):
+    """The consumer's wait for ring step ``g`` (``bars``: the slots' ready barriers, or the splitter's); on a task's
+    first step (``kk`` 0) the trace's "data in" stamp. Returns the slot."""
+    slot = g % STAGES
+    mbarrier.wait(bars.index(slot), (g // STAGES) & 1)
+    if kk == 0:
+        _stamp(trace_ptr, t, 1, TRACE, lay)
+    return slot
+
+
+@gluon.jit
 def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAGES: gl.constexpr,
                  TRACE: gl.constexpr, mma: gl.constexpr, lay: gl.constexpr, PACK: gl.constexpr = False):
     """``REGA`` (form ``ws2qr``): the K loop with A as fp32 rows (the slot's A pair: columns 0–31 and 32–63 of the
@@ -351,10 +362,7 @@ def _rega_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
     h1 = gl.zeros([BM, HK], gl.bfloat16, layout=dl)
     l1 = gl.zeros([BM, HK], gl.bfloat16, layout=dl)
     for kk in range(KT):
-        slot = g % STAGES
-        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        if kk == 0:
-            _stamp(trace_ptr, t, 1, TRACE, lay)
+        slot = _ready_slot(ready, g, kk, trace_ptr, t, STAGES, TRACE, lay)
         x0 = a_c0.index(slot).load(dl)
         x1 = a_c1.index(slot).load(dl)
         if kk == 0:
@@ -400,10 +408,7 @@ def _regb_k_loop(bufs, ready, empty, acc, g, trace_ptr, t, K: gl.constexpr, STAG
     h = gl.zeros([BM, BK], gl.bfloat16, layout=dl)
     lo = gl.zeros([BM, BK], gl.bfloat16, layout=dl)
     for kk in range(KT):
-        slot = g % STAGES
-        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        if kk == 0:
-            _stamp(trace_ptr, t, 1, TRACE, lay)
+        slot = _ready_slot(ready, g, kk, trace_ptr, t, STAGES, TRACE, lay)
         nh = a_hi.index(slot).load(dl)
         nl = a_lo.index(slot).load(dl)
         acc = warpgroup_mma(nl, w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
@@ -448,13 +453,10 @@ def _compute_task(bufs, ready, empty, done, sig_free, sig_tids, act_hi_ptr, act_
         g += KT
     else:
         for kk in range(KT):
-            slot = g % STAGES
             if xsplit is None:
-                mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+                slot = _ready_slot(ready, g, kk, trace_ptr, t, STAGES, TRACE, lay)
             else:  # ``XSPLIT``: the splitter warpgroup's arrive, after the TMA and its split of the slot
-                mbarrier.wait(xsplit[0].index(slot), (g // STAGES) & 1)
-            if kk == 0:
-                _stamp(trace_ptr, t, 1, TRACE, lay)
+                slot = _ready_slot(xsplit[0], g, kk, trace_ptr, t, STAGES, TRACE, lay)
             if SPLIT:
                 rsum, rsq = _resplit(a_hi, a_lo, slot, rsum, rsq, sl)
             acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot), acc, use_acc=kk != 0, is_async=True)
@@ -926,8 +928,6 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     """Compile ``chain_ws`` (MODE 2; the ticket queue or static lists) or, with ``two``, ``chain_ws2c`` (``stages``
     slots per consumer) for sm_90a without a GPU; ptxas's report (registers, spills, wgmma serialization notes) too."""
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
     from bench.common import sm90_report
@@ -948,11 +948,7 @@ def _compile_ws(queue: bool, K: int, stages: int, atomic: bool = False, two: boo
     if not two:
         sig.update(head_ptr="*i32", base="i32")
         cex.update(MODE=2, QUEUE=queue, SPLIT=split, OUT=out, XSPLIT=xsplit, REGA=rega)
-    sig.update({n: "constexpr" for n in cex})
-    sig = {n: sig[n] for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M")}
-    src = GluonASTSource(kern, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    k = sm90_report.compile_gluon(kern, sig, cex, ("act_hi_ptr", "act_lo_ptr", "r_ptr", "M"), num_warps=4)
     ptx = k.asm["ptx"]
     rep = sm90_report.report(k)
     return dict(warps=k.metadata.num_warps, shared=k.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),

@@ -307,29 +307,26 @@ def aot_compile(ws: bool, bm: int, bn: int, bk: int, num_warps: int, stages: int
     """Compile ``mm3_gluon`` (``ws``: ``mm3_gluon_ws``; ``epi`` 1/2: ``mm3_gluon_epi`` with that epilogue) for
     sm_90a without a GPU."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
+
+    from bench.common.sm90_report import compile_gluon
     fn = mm3_gluon_epi if epi else mm3_gluon_ws if ws else mm3_gluon
     a = torch.empty(1024, 1024, dtype=torch.bfloat16)
     names = list(fn.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:4], descriptors(a, a, a, a, bm, bn, bk))}
-    sig.update(N="i32", K="i32", NT="i32", STAGES="constexpr", INSTR_N="constexpr", num_warps="constexpr")
+    sig.update(N="i32", K="i32", NT="i32")
     cex = dict(STAGES=stages, INSTR_N=instr_n(bm, bn, num_warps), num_warps=num_warps)
     if epi:
-        sig.update(bias_ptr="*fp32", chi_ptr="*bf16", clo_ptr="*bf16", EPI="constexpr", OVERLAP="constexpr")
+        sig.update(bias_ptr="*fp32", chi_ptr="*bf16", clo_ptr="*bf16")
         cex.update(EPI=epi, OVERLAP=overlap)
         ptrs = ("bias_ptr", "chi_ptr", "clo_ptr")
     else:
         sig.update(c_ptr="*fp32")
         ptrs = ("c_ptr",)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*ptrs, "N", "K")}
-    src = GluonASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in cex.items()}, attrs=attrs)
     opts = dict(num_warps=num_warps)
     if ws:
         opts["maxnreg"] = ws_maxnreg(num_warps, ctas)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return compile_gluon(fn, sig, cex, (*ptrs, "N", "K"), **opts)
 
 
 def main():
