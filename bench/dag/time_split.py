@@ -11,6 +11,7 @@ K step (a task's K loop over its 64-wide steps) and how it moves with the number
                                                                # parameters with trace, three calls, the third's
     python -m bench.dag.time_split --cases 12 --out DIR --set scheme_ffn2=f16_w1   # parameters over the committed
                                                                # ones (saved as trace_caseNN_set.pt)
+    python -m bench.dag.time_split --cases 12 --out DIR --set @PACK_HI=0   # a WS kernel constexpr (bench.dag.ws_ab)
     python -m bench.dag.time_split --from DIR                  # the saved traces again, no GPU
 
 Writes ``DIR/trace_caseNN.pt`` (the trace, the tasks' kinds and K steps) and ``DIR/time_split.json``.
@@ -97,13 +98,19 @@ def capture(case_id, out: str, extra: dict | None = None, tag: str = "") -> str:
     if params is None:
         raise SystemExit(f"time_split: {case.name} has no committed dag parameters for the H200")
     w = make_weights(case, device=torch.device("cuda"))
-    params = dict(params, **(extra or {}))
-    p = host.prepare(case, w, **dict(params, tune="off", trace=True))
+    extra = extra or {}
+    over = {k[1:]: v for k, v in extra.items() if k.startswith("@")}
+    params = dict(params, **{k: v for k, v in extra.items() if not k.startswith("@")})
+    if over:   # the WS kernel's constexprs (``@NAME=VALUE``), as bench.dag.ws_ab's variants
+        from bench.dag.ws_ab import prepare_variant
+        p = prepare_variant(case, w, dict(params, trace=True), over)
+    else:
+        p = host.prepare(case, w, **dict(params, tune="off", trace=True))
     x = make_input(case, 0.1, 0, device=torch.device("cuda"))
     for _ in range(3):
         host.run(p, x)
     torch.cuda.synchronize()
-    rec = dict(case=case.name + tag, params=params, kinds=[x.kind for x in p.graph.tasks],
+    rec = dict(case=case.name + tag, params=params, constexprs=over, kinds=[x.kind for x in p.graph.tasks],
                steps=gemm_steps(p.meta), trace=p.trace.cpu().tolist())
     f = os.path.join(out, f"trace_{case.name}{tag}.pt")
     torch.save(rec, f + ".tmp")
@@ -117,7 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="folder for the traces and time_split.json (GPU)")
     ap.add_argument("--from", dest="src", help="a folder of saved traces to split again (no GPU)")
     ap.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
-                    help="parameters over the committed ones (the traces are saved as trace_<case>_set.pt)")
+                    help="parameters over the committed ones, @NAME=VALUE for a WS kernel constexpr (the traces "
+                         "are saved as trace_<case>_set.pt)")
     a = ap.parse_args(argv)
     import torch
     if a.src is None:

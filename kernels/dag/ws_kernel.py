@@ -209,7 +209,8 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True,
+                    K_SLOT: gl.constexpr = 1):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -217,10 +218,11 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     is released after its q·kᵀ (``k_empty``), its v after its p·v (``v_empty``). KV_ONE_BARRIER: k and v of a slot
     land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
     V_SLOT: slot s's v tiles are ``v_hi`` / ``v_lo`` index s * V_SLOT (1: their own [STAGES, 64, 64] rings; the dag
-    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes).
+    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes); K_SLOT the same for
+    k (the dag kernel's A tiles at 128-row GEMM tiles: 2).
     Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
     slot = g % STAGES
-    s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
+    s = _qk3(qh, ql, k_hi.index(slot * K_SLOT), k_lo.index(slot * K_SLOT), zero)
     s = warpgroup_mma_wait(0, deps=(s, ))
     if not KV_ONE_BARRIER:
         mbarrier.arrive(k_empty.index(slot))
@@ -230,7 +232,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         cur = (g + j) % STAGES
         prev = (g + j - 1) % STAGES
         mbarrier.wait(k_ready.index(cur), ((g + j) // STAGES) & 1)
-        s = _qk3(qh, ql, k_hi.index(cur), k_lo.index(cur), zero)
+        s = _qk3(qh, ql, k_hi.index(cur * K_SLOT), k_lo.index(cur * K_SLOT), zero)
         if not KV_ONE_BARRIER:
             mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
         acc = _pv3(p_hi, p_lo, v_hi.index(prev * V_SLOT), v_lo.index(prev * V_SLOT), acc)
@@ -391,18 +393,18 @@ def _claim(ready, empty, step, nbytes: gl.constexpr, STAGES: gl.constexpr):
 def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr):
     """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``)."""
     tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
-    if SCHEME == "bf16x3":
+    if (SCHEME == "bf16x3") or (SCHEME == "bf16x3d"):
         tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot * R))
 
 
 @gluon.jit
 def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr,
-              BN: gl.constexpr, RN: gl.constexpr, PRE: gl.constexpr):
+              BN: gl.constexpr, RN: gl.constexpr, PRE: gl.constexpr, MB: gl.constexpr):
     """Before the task's wait: claim its first min(PRE, steps) slots (PRE <= STAGES: ``ws_meta`` checks) and issue
     their weight tiles (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile
-    width, RN the ring's."""
+    width, RN the ring's, MB the tile's 64-row halves (block_m / 64: A's boxes a slot)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if ((SCHEME == "bf16x3") or (SCHEME == "bf16x3d")) else 1) * T64 * BN) * 2
     pre = gl.minimum(steps, PRE)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
@@ -413,12 +415,13 @@ def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.con
 @gluon.jit
 def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps, wrow, k0, row0,
                M: gl.constexpr, D: gl.constexpr, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-               RN: gl.constexpr):
+               RN: gl.constexpr, MB: gl.constexpr):
     """After the wait: the A tiles of the claimed slots, then the remaining K steps (claim, weights, A). A's K
     column k lives in column block k // D of the [K // D * M, D] view (FFN2's [4, M, D]). A weight tile is one
-    64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both)."""
+    64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both). A 128-row
+    tile (MB = 2) takes two 64 × 64 A boxes a slot, rows row0 and row0 + 64, into A tiles slot * 2 and slot * 2 + 1."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if ((SCHEME == "bf16x3") or (SCHEME == "bf16x3d")) else 1) * T64 * BN) * 2
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
@@ -428,18 +431,21 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
         k = k0 + kk * T64
         arow = (k // D) * M + row0
         acol = k % D
-        tma.async_copy_global_to_shared(a_hi_d, [arow, acol], ready.index(slot), a_hi.index(slot))
-        tma.async_copy_global_to_shared(a_lo_d, [arow, acol], ready.index(slot), a_lo.index(slot))
+        for hh in gl.static_range(MB):
+            tma.async_copy_global_to_shared(a_hi_d, [arow + hh * T64, acol], ready.index(slot),
+                                            a_hi.index(slot * MB + hh))
+            tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, acol], ready.index(slot),
+                                            a_lo.index(slot * MB + hh))
     return g + steps
 
 
 @gluon.jit
 def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb,
                 B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                BN: gl.constexpr):
+                BN: gl.constexpr, MB: gl.constexpr):
     """Attention task (layer l, batch b, head h, query block qb): q hi/lo into the q buffer (once the consumer is
     done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot (v in
-    the first 64 × 64 tile of the slot's W part: ``_w_views``)."""
+    the first 64 × 64 tile of the slot's W part: ``_w_views``; k in the first of the slot's MB A tiles)."""
     a_hi, a_lo, w_hi, w_lo = ring
     VS: gl.constexpr = BN // T64
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
@@ -459,8 +465,8 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
     vrow = qrow + 2 * BHS
     for j in range(nkv):
         slot = _claim(ready, empty, g + j, 4 * T64 * T64 * 2, STAGES)
-        tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot))
-        tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot))
+        tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot * MB))
+        tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot * MB))
         tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot * VS))
         tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot * VS))
     return g + nkv
@@ -495,10 +501,11 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr):
+            PRE_W: gl.constexpr, BLOCK_M: gl.constexpr):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
+    MB: gl.constexpr = BLOCK_M // T64
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
     lane = gl.arange(0, 32, layout=lay)
@@ -529,16 +536,16 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         pre = steps * 0
         if kind == 1:
             pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES,
-                           BLOCK_N_QKV, RING_N, PRE_W)
+                           BLOCK_N_QKV, RING_N, PRE_W, MB)
         elif kind == 3:
             pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N,
-                           RING_N, PRE_W)
+                           RING_N, PRE_W, MB)
         elif kind == 5:
             pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N,
-                           RING_N, PRE_W)
+                           RING_N, PRE_W, MB)
         elif kind == 6:
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
-                           RING_N, PRE_W)
+                           RING_N, PRE_W, MB)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)   # which comes only
             #                                                                         after the wait)
@@ -548,24 +555,24 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
             _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
-        row0 = a * T64
+        row0 = a * BLOCK_M
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N_QKV, RING_N)
+                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N_QKV, RING_N, MB)
         elif kind == 3:
             g = _gemm_rest(att_hi_d, att_lo_d, wo_hi_d, wo_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_O, STAGES, BLOCK_N, RING_N)
+                           row0, M, D, SCHEME_O, STAGES, BLOCK_N, RING_N, MB)
         elif kind == 5:
             g = _gemm_rest(ln2_hi_d, ln2_lo_d, w1_hi_d, w1_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N, RING_N)
+                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N, RING_N, MB)
         elif kind == 6:
             g = _gemm_rest(f_hi_d, f_lo_d, w2_hi_d, w2_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N, RING_N)
+                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N, RING_N, MB)
         elif kind == 2:
             na = na0 + (na1 - na0) * cid
             g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
                             q_ready.index(cid), q_empty.index(cid), g, na, l, a, b, c, B, S, H, CAUSAL, STAGES,
-                            RING_N)
+                            RING_N, MB)
             na0 += 1 - cid
             na1 += cid
         i += 1
@@ -620,10 +627,16 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
     """One K step's products of the scheme, issued asynchronously on ``acc`` in kernel.py's order (bf16x3: a_lo·w_hi,
     a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w, a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False). The W
     tile of ring slot ``slot`` is view index slot * R (``_ring_views``)."""
-    acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
+    return _gemm_step_at(a_hi, a_lo, w_hi, w_lo, slot, slot * R, acc, FIRST, SCHEME)
+
+
+@gluon.jit
+def _gemm_step_at(a_hi, a_lo, w_hi, w_lo, ai, wi, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr):
+    """``_gemm_step`` on A tile ``ai`` and W tile ``wi`` of the ring's views."""
+    acc = warpgroup_mma(a_lo.index(ai), w_hi.index(wi), acc, use_acc=not FIRST, is_async=True)
     if SCHEME == "bf16x3":
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot * R), acc, is_async=True)
-    return warpgroup_mma(a_hi.index(slot), w_hi.index(slot * R), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(ai), w_lo.index(wi), acc, is_async=True)
+    return warpgroup_mma(a_hi.index(ai), w_hi.index(wi), acc, is_async=True)
 
 
 @gluon.jit
@@ -657,6 +670,36 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     return acc, g
+
+
+@gluon.jit
+def _gemm_mma2(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
+               RN: gl.constexpr, mma: gl.constexpr):
+    """``_gemm_mma`` for a 128-row tile (block_m 128): a slot's A tiles 2 · slot (rows 0–63) and 2 · slot + 1 (rows
+    64–127) on two [64, BN] accumulators, each K step both halves' products against the slot's one W tile (read
+    from L2 once for both), then the wait for the previous step's. Returns (acc0, acc1, g)."""
+    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
+    NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2
+    acc0 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    acc1 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc0 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot, slot * R, acc0, True, SCHEME)
+    acc1 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot + 1, slot * R, acc1, True, SCHEME)
+    acc0, acc1 = warpgroup_mma_wait(2 * NP, deps=(acc0, acc1))
+    g += 1
+    for kk in range(1, steps):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        acc0 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot, slot * R, acc0, False, SCHEME)
+        acc1 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot + 1, slot * R, acc1, False, SCHEME)
+        acc0, acc1 = warpgroup_mma_wait(2 * NP, deps=(acc0, acc1))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        g += 1
+    acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    return acc0, acc1, g
 
 
 @gluon.jit
@@ -719,7 +762,8 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
+               MB: gl.constexpr):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -727,15 +771,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI, MB)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI, MB)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI, MB)
     return g
 
 
@@ -746,8 +790,9 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
-    """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
+               MB: gl.constexpr):
+    """A GEMM task's (64 · MB) × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
     and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide atomics, no conversion
@@ -756,8 +801,13 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
+    # lab (bf16x3d): bf16x3's operand bytes with its a_hi·w_lo product left out, on every bf16x3 GEMM at once (gate
+    # fails; the K loop's time at two products' work on three products' bytes)
+    ANY_D: gl.constexpr = ((SCHEME_QKV == "bf16x3d") or (SCHEME_O == "bf16x3d") or (SCHEME_FFN1 == "bf16x3d")
+                           or (SCHEME_FFN2 == "bf16x3d"))
+    BF: gl.constexpr = "bf16x3d" if ANY_D else "bf16x3"
     ANY_BF: gl.constexpr = ((SCHEME_QKV == "bf16x3") or (SCHEME_O == "bf16x3") or (SCHEME_FFN1 == "bf16x3")
-                            or (SCHEME_FFN2 == "bf16x3"))
+                            or (SCHEME_FFN2 == "bf16x3") or ANY_D)
     k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN, BN)
     # the epilogue's bias, loaded before the K loop (its latency under the MMA instead of after it)
     NB = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
@@ -772,18 +822,47 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     bias = gl.load(b_ptr + l * NB + cn, mask=cn < NB, other=0.0)
     f16 = (((kind == 1) & (SCHEME_QKV == "f16_w1")) | ((kind == 3) & (SCHEME_O == "f16_w1"))
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
-    if ANY_F16 and ANY_BF:
-        if f16:
+    row0 = m * (MB * T64)
+    col0 = n * BN
+    if MB == 2:   # a 128-row tile: two accumulators on one W tile a step, the epilogue once a 64-row half
+        if ANY_F16 and ANY_BF:
+            if f16:
+                acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+            else:
+                acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+        elif ANY_F16:
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+        else:
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+        _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
+        _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
+                       acc_out, PACK_HI)
+        _gemm_epilogue(acc1, bias, kind, l, s, row0 + T64, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma,
+                       out, acc_out, PACK_HI)
+    else:
+        if ANY_F16 and ANY_BF:
+            if f16:
+                acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+            else:
+                acc, g = _gemm_mma(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+        elif ANY_F16:
             acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-    elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
-    else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-    _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
-    row0 = m * T64
-    col0 = n * BN
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+        _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
+        _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
+                       acc_out, PACK_HI)
+    return g
+
+
+@gluon.jit
+def _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B: gl.constexpr, S: gl.constexpr, D: gl.constexpr,
+                   H: gl.constexpr, SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr,
+                   EPI: gl.constexpr, mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
+                   PACK_HI: gl.constexpr):
+    """The epilogue of a GEMM task's 64 × BN accumulator at rows row0 … (``_gemm_body``'s EPI)."""
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    M: gl.constexpr = B * S
     if EPI == "qkv":
         _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out, PACK_HI)
     elif EPI == "rest":
@@ -794,7 +873,6 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     else:
         _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M, D, SCHEME_FFN2, GELU, BN, mma, out,
                                    acc_out, PACK_HI)
-    return g
 
 
 @gluon.jit
@@ -814,7 +892,7 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
-               PACK_HI: gl.constexpr):
+               PACK_HI: gl.constexpr, MB: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -844,7 +922,7 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
     acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
                                qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                               PACK_HI)
+                               PACK_HI, MB)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
@@ -910,7 +988,7 @@ def _consumer(smem, bufs, qk_scale,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
               PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
-              CID: gl.constexpr, PACK_HI: gl.constexpr):
+              CID: gl.constexpr, PACK_HI: gl.constexpr, BLOCK_M: gl.constexpr):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -945,12 +1023,13 @@ def _consumer(smem, bufs, qk_scale,
                      SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
             g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI)
+                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI, BLOCK_M // T64)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI,
+                           BLOCK_M // T64)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
@@ -1015,7 +1094,7 @@ def dag_ws_fwd(
     tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
-    BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
     K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
@@ -1028,8 +1107,9 @@ def dag_ws_fwd(
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
     #                                          as QKV's 64 × BLOCK_N_QKV: 128-byte swizzle at 64 and 128 columns)
-    a_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
-    a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
+    # A: a slot's 64 × 64 tile (block_m 128: two, the tile's row halves at 2 · slot and 2 · slot + 1)
+    a_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES * (BLOCK_M // T64), T64, T64], lt)
+    a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES * (BLOCK_M // T64), T64, T64], lt)
     w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)   # RING_N: the wider of the two
     w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)
     q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
@@ -1071,12 +1151,12 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, BLOCK_M)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, BLOCK_M)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
@@ -1084,15 +1164,15 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, BLOCK_M)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI, BLOCK_M)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, BLOCK_M)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1123,6 +1203,7 @@ class WsUnsupported(Unsupported, ValueError):
 
 # the tile parameters the WS kernel fixes at 64 (``check_ws_params``)
 TILE_PARAMS = ("block_m", "block_k", "block_q", "block_kv")
+BLOCK_MS = (TILE, 2 * TILE)    # GEMM tile rows: 64, or 128 (two accumulators on one W tile a K step; one consumer)
 # the GEMM tile widths: 64 or 128; the output projection's, FFN1's and FFN2's the same (one accumulator shape),
 # QKV's its own (a second accumulator shape and K-loop body when it differs); the weight ring is the wider
 BLOCK_N_PARAMS = ("block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
@@ -1136,19 +1217,19 @@ SHARED_OTHER = 16772
 SHARED_OTHER_2 = 16512   # a second consumer: its epilogues' layout-conversion scratch and barriers (sm_90a compile)
 
 
-def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1) -> int:
+def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1, block_m: int = TILE) -> int:
     """Shared memory of the WS kernel: ``stages`` ring slots of A hi/lo 64 × 64 and W hi/lo 64 × block_n (bf16 or
     fp16: 32 KB at block_n 64, 48 KB at 128), the q buffer (16 KB) and ``SHARED_OTHER``: what the sm_90a compile
     reports at 3 and 4 slots (164228 at block_n 64 and 4 slots, 229764 at 128 and 4 slots; 2 slots: 128 bytes
-    less)."""
-    return (stages * (2 * TILE * TILE + 2 * TILE * block_n) * 2 + consumers * 2 * TILE * TILE * 2 + SHARED_OTHER
+    less). ``block_m`` 128: a slot's A pair is 128 × 64 (64 KB a slot at block_n 128)."""
+    return (stages * (2 * block_m * TILE + 2 * TILE * block_n) * 2 + consumers * 2 * TILE * TILE * 2 + SHARED_OTHER
             + (consumers - 1) * SHARED_OTHER_2)
 
 
-def max_ws_stages(block_n: int, consumers: int = 1) -> int:
+def max_ws_stages(block_n: int, consumers: int = 1, block_m: int = TILE) -> int:
     """The most ring slots (2-6) that fit one CTA per SM at this block_n and consumers (6 at 64 and 4 at 128 with one
     consumer; with two 5 at 64, 3 at 128)."""
-    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers) <= SHARED_LIMIT)
+    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers, block_m) <= SHARED_LIMIT)
 
 
 def _check_consumers(consumers, err) -> None:
@@ -1156,16 +1237,17 @@ def _check_consumers(consumers, err) -> None:
         raise err(f"dag: form ws: ws_consumers={consumers!r}: 1 or 2 consumer warpgroups")
 
 
-def _check_stages(stages: int, block_n: int, err, consumers: int = 1) -> None:
+def _check_stages(stages: int, block_n: int, err, consumers: int = 1, block_m: int = TILE) -> None:
     if stages not in WS_STAGES:
         raise err(f"dag: form ws: ws_stages={stages}: 2 to 6 ring slots")
-    need = ws_shared_bytes(stages, block_n, consumers)
+    need = ws_shared_bytes(stages, block_n, consumers, block_m)
     if need > SHARED_LIMIT:
         two = f" and {consumers} consumers" if consumers > 1 else ""
-        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{two}: {need} "
+        rows = f" and block_m {block_m}" if block_m != TILE else ""
+        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{rows}{two}: {need} "
                   f"bytes of shared memory > {SHARED_LIMIT} (one CTA per SM; a ring slot is "
-                  f"{(2 * TILE * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
-                  f"{max_ws_stages(block_n, consumers)} or less")
+                  f"{(2 * block_m * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
+                  f"{max_ws_stages(block_n, consumers, block_m)} or less")
 
 
 def check_ws_params(o: dict) -> None:
@@ -1175,8 +1257,12 @@ def check_ws_params(o: dict) -> None:
     the wider width (``ws_shared_bytes`` <= ``SHARED_LIMIT``: 2-6 at 64, 2-4 at 128, where 4 slots leave 2.6 KB);
     ``queue: queue``. Pure Python: the CPU refuses a wrong configuration before it refuses the form itself."""
     for k in TILE_PARAMS:
-        if o[k] != TILE:
-            raise ParameterError(f"dag: form ws needs {k} {TILE} (got {o[k]!r}): set form: tl or {k}: {TILE}")
+        if o[k] != TILE and not (k == "block_m" and o[k] in BLOCK_MS):
+            also = " or 128" if k == "block_m" else ""
+            raise ParameterError(f"dag: form ws needs {k} {TILE}{also} (got {o[k]!r}): set form: tl or {k}: {TILE}")
+    if o["block_m"] != TILE and o["ws_consumers"] != 1:
+        raise ParameterError(f"dag: form ws: block_m {o['block_m']} runs on one consumer (got ws_consumers "
+                             f"{o['ws_consumers']!r}): set block_m: {TILE} or ws_consumers: 1")
     for k in BLOCK_N_PARAMS:
         if o[k] not in BLOCK_NS:
             raise ParameterError(f"dag: form ws needs {k} 64 or 128 (got {o[k]!r}): set form: tl or {k}: 64 "
@@ -1189,7 +1275,7 @@ def check_ws_params(o: dict) -> None:
                                  f"the output projection and the FFN, 64 or 128: {dict(zip(SAME_N_PARAMS, widths))}"
                                  f"; block_n_qkv may differ): set form: tl or {k}: {common}")
     _check_stages(o["ws_stages"], max(common, o["block_n_qkv"]), ParameterError,
-                  o["ws_consumers"])   # (ws_consumers: host.check_params)
+                  o["ws_consumers"], o["block_m"])   # (ws_consumers: host.check_params)
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
@@ -1199,7 +1285,11 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
     run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one of the output projection's
     and FFN's block_n below the others) or is not a multiple of 64."""
-    need = dict(BLOCK_M=TILE, BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
+    need = dict(BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
+    if meta["BLOCK_M"] not in BLOCK_MS:
+        raise WsUnsupported(f"dag: form ws: BLOCK_M={meta['BLOCK_M']} after the case's clamp (B·S = "
+                            f"{meta['B'] * meta['S']}): the WS kernel's GEMM tiles are 64 or 128 rows; set block_m: "
+                            f"{TILE} or form: tl")
     for k, v in need.items():
         if meta[k] != v:
             raise WsUnsupported(f"dag: form ws: {k}={meta[k]}: the WS kernel's tiles are {TILE} (block_m, block_k, "
@@ -1238,13 +1328,13 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
     block_n_qkv = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
     ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
-    _check_stages(stages, ring_n, WsUnsupported, consumers)
+    _check_stages(stages, ring_n, WsUnsupported, consumers, meta["BLOCK_M"])
     if not 1 <= pre <= stages:
         raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
                             "ring's slots before a wait")
     loader_regs, signal_regs, consumer_regs = REGS[consumers]
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
-                BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
+                BLOCK_M=meta["BLOCK_M"], BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
                 K_CHUNK_O=meta["K_CHUNK_O"], K_CHUNK_FFN2=meta["K_CHUNK_FFN2"],
                 SCHEME_QKV=meta["SCHEME_QKV"], SCHEME_O=meta["SCHEME_O"], SCHEME_FFN1=meta["SCHEME_FFN1"],
                 SCHEME_FFN2=meta["SCHEME_FFN2"], GELU=meta["GELU"], MAX_WAITS=meta["MAX_WAITS"],
