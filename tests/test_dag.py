@@ -764,6 +764,25 @@ def test_mma_rate_probe_compiles_for_sm90():
     assert r["mix_m64"]["waits"] == ["2", "0"] and r["fp16_m64"]["waits"] == ["1", "0"], r
 
 
+def test_mma_accum_probe_compiles_for_sm90():
+    """``bench.dag.mma_accum`` (GPU only to run; docs/dag.md "Results" 43): each form issues its scheme's products a K
+    step (bf16x3 three bf16 products of depth 64; the f16f8 forms an fp16 product of depth 64 and an fp8 one of 128,
+    ``f16f8_h`` the fp8 one into an fp16 accumulator), over the 4 K steps compiled."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bench.dag.mma_accum", "--compile"], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    f16 = "m64n128k16.f32.f16.f16"
+    assert r["bf16x3"] == {"m64n128k16.f32.bf16.bf16": 12}, r
+    assert r["f16f8_two"] == r["f16f8_one"] == {f16: 4, "m64n128k32.f32.e4m3.e4m3": 4}, r
+    assert r["f16f8_h"] == {f16: 4, "m64n128k32.f16.e4m3.e4m3": 4}, r
+
+
 def test_feed_rate_probe_compiles_for_sm90():
     """``bench.dag.feed_rate`` (GPU only to run; docs/dag.md "Results" 42): the ring's first stages − 1 steps and the
     loop's one step of ``boxes`` TMA copies each, one mbarrier wait, the ring in shared memory."""
