@@ -393,7 +393,7 @@ def _claim(ready, empty, step, nbytes: gl.constexpr, STAGES: gl.constexpr):
 def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr):
     """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``)."""
     tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
-    if (SCHEME == "bf16x3") or (SCHEME == "bf16x3d"):
+    if SCHEME == "bf16x3":
         tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot * R))
 
 
@@ -404,7 +404,7 @@ def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.con
     their weight tiles (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile
     width, RN the ring's, MB the tile's 64-row halves (block_m / 64: A's boxes a slot)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if ((SCHEME == "bf16x3") or (SCHEME == "bf16x3d")) else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     pre = gl.minimum(steps, PRE)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
@@ -421,7 +421,7 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
     64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both). A 128-row
     tile (MB = 2) takes two 64 × 64 A boxes a slot, rows row0 and row0 + 64, into A tiles slot * 2 and slot * 2 + 1."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if ((SCHEME == "bf16x3") or (SCHEME == "bf16x3d")) else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
@@ -801,13 +801,8 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
-    # lab (bf16x3d): bf16x3's operand bytes with its a_hi·w_lo product left out, on every bf16x3 GEMM at once (gate
-    # fails; the K loop's time at two products' work on three products' bytes)
-    ANY_D: gl.constexpr = ((SCHEME_QKV == "bf16x3d") or (SCHEME_O == "bf16x3d") or (SCHEME_FFN1 == "bf16x3d")
-                           or (SCHEME_FFN2 == "bf16x3d"))
-    BF: gl.constexpr = "bf16x3d" if ANY_D else "bf16x3"
     ANY_BF: gl.constexpr = ((SCHEME_QKV == "bf16x3") or (SCHEME_O == "bf16x3") or (SCHEME_FFN1 == "bf16x3")
-                            or (SCHEME_FFN2 == "bf16x3") or ANY_D)
+                            or (SCHEME_FFN2 == "bf16x3"))
     k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN, BN)
     # the epilogue's bias, loaded before the K loop (its latency under the MMA instead of after it)
     NB = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
@@ -829,11 +824,11 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
             if f16:
                 acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
             else:
-                acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+                acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
         elif ANY_F16:
             acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
-            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
         _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
         _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
                        acc_out, PACK_HI)
@@ -844,11 +839,11 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
             if f16:
                 acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
             else:
-                acc, g = _gemm_mma(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+                acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
         elif ANY_F16:
             acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, BF, STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
         _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
         _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
                        acc_out, PACK_HI)
