@@ -135,6 +135,7 @@ from ..validate import ParameterError
 
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
 T64 = gl.constexpr(TILE)
+F8_A_SCALE = gl.constexpr(2048.0)   # f16f8: A's lo part stored as fp8(lo * 2^11) (host.F8_A_SCALE)
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
 FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
@@ -356,12 +357,20 @@ def _ring_views(ring, SCHEME: gl.constexpr, STAGES: gl.constexpr, RN: gl.constex
     the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's (``_w_views``, as the
     attention's v: the loader's TMA and the consumer's wgmma go through the same view)."""
     a_hi, a_lo, w_hi, w_lo = ring
-    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, RN, BN)
-    if SCHEME == "f16_w1":
+    if SCHEME == "f16f8":   # (a_hi fp16, A's fp8 [lo | hi] pair, w_hi fp16, W's fp8 [hi | lo] pair K-major)
+        l8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+        a_lo = a_lo._reinterpret(gl.float8e4nv, [a_lo.shape[0], T64, 2 * T64], l8)   # (STAGES * 64-row halves)
+        w_lo = w_lo._reinterpret(gl.float8e4nv, [STAGES * (RN // BN), BN, 2 * T64], l8)   # slot s: s * RN / BN
+        w_hi, w_unused = _w_views(w_hi, w_hi, STAGES, RN, BN)
         a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
-        a_lo = a_lo._reinterpret(gl.float16, a_lo.shape, a_lo.layout)
         w_hi = w_hi._reinterpret(gl.float16, w_hi.shape, w_hi.layout)
-        w_lo = w_lo._reinterpret(gl.float16, w_lo.shape, w_lo.layout)
+    else:
+        w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, RN, BN)
+        if SCHEME == "f16_w1":
+            a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
+            a_lo = a_lo._reinterpret(gl.float16, a_lo.shape, a_lo.layout)
+            w_hi = w_hi._reinterpret(gl.float16, w_hi.shape, w_hi.layout)
+            w_lo = w_lo._reinterpret(gl.float16, w_lo.shape, w_lo.layout)
     return a_hi, a_lo, w_hi, w_lo
 
 
@@ -390,11 +399,14 @@ def _claim(ready, empty, step, nbytes: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr):
-    """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``)."""
+def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr, BN: gl.constexpr):
+    """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``). f16f8:
+    the step's K-major fp8 [BN, 128] tile, row (row // 64) * BN of the [L*N/BN*K/64*BN, 128] view."""
     tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
     if SCHEME == "bf16x3":
         tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot * R))
+    elif SCHEME == "f16f8":
+        tma.async_copy_global_to_shared(w_lo_d, [(row // T64) * BN, 0], ready.index(slot), w_lo.index(slot * R))
 
 
 @gluon.jit
@@ -404,11 +416,11 @@ def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.con
     their weight tiles (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile
     width, RN the ring's, MB the tile's 64-row halves (block_m / 64: A's boxes a slot)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (1 if SCHEME == "f16_w1" else 2) * T64 * BN) * 2
     pre = gl.minimum(steps, PRE)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
-        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
+        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN, BN)
     return pre
 
 
@@ -421,21 +433,25 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
     64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both). A 128-row
     tile (MB = 2) takes two 64 × 64 A boxes a slot, rows row0 and row0 + 64, into A tiles slot * 2 and slot * 2 + 1."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * MB * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (1 if SCHEME == "f16_w1" else 2) * T64 * BN) * 2
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
         if kk >= pre:
             slot = _claim(ready, empty, step, NB, STAGES)
-            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
+            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN, BN)
         k = k0 + kk * T64
         arow = (k // D) * M + row0
         acol = k % D
         for hh in gl.static_range(MB):
             tma.async_copy_global_to_shared(a_hi_d, [arow + hh * T64, acol], ready.index(slot),
                                             a_hi.index(slot * MB + hh))
-            tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, acol], ready.index(slot),
-                                            a_lo.index(slot * MB + hh))
+            if SCHEME == "f16f8":   # A's fp8 [lo | hi] pair of these 64 columns: [rows, 2D] columns 2 acol ...
+                tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, 2 * acol], ready.index(slot),
+                                                a_lo.index(slot * MB + hh))
+            else:
+                tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, acol], ready.index(slot),
+                                                a_lo.index(slot * MB + hh))
     return g + steps
 
 
@@ -599,14 +615,57 @@ def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr):
 
 
 @gluon.jit
+def _split8(x):
+    """fp32 -> f16f8's A parts: hi fp16 (round to nearest), fp8 e4m3 of the rest times 2^11 and fp8 of hi (round to
+    nearest, saturating: ``bench/seqres/precision_probe`` f16f8)."""
+    hi = x.to(gl.float16)
+    lo8 = ((x - hi.to(gl.float32)) * F8_A_SCALE).to(gl.float8e4nv)
+    return hi, lo8, hi.to(gl.float8e4nv)
+
+
+@gluon.jit
+def _off8(offs):
+    """f16f8: where A's element at ``offs`` (row R, column c of a [.., D] buffer: R * D + c) has its fp8 lo part in the
+    [.., 2D] lo buffer — per 64 columns 64 lo parts, then their 64 hi parts: R * 2D + (c // 64) * 128 + c % 64 =
+    2 offs − c % 64 (D a multiple of 64); the hi part 64 further. ``offs`` is a [rows, cols] tile whose threads hold
+    8 consecutive columns from a multiple of 8 (the stores' layouts): stated, so each thread's 8 fp8 parts go out as
+    one 8-byte store (the axis analysis does not see through the modulo)."""
+    o8 = 2 * offs - (offs % T64)
+    return gl.max_contiguous(gl.multiple_of(o8, [1, 8]), [1, 8])
+
+
+@gluon.jit
 def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr,
                  PACK_HI: gl.constexpr):
-    """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores)."""
-    hi, lo = _split(x, SCHEME, PACK_HI)
-    hi = gl.convert_layout(hi, out)
-    lo = gl.convert_layout(lo, out)
-    gl.store(hi_ptr + offs, hi, mask=mask)
-    gl.store(lo_ptr + offs, lo, mask=mask)
+    """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores). f16f8: hi, then
+    the fp8 pair into the [..., 2D] lo buffer (``_off8``)."""
+    if SCHEME == "f16f8":
+        hi, lo8, hi8 = _split8(x)
+        gl.store(hi_ptr + offs, gl.convert_layout(hi, out), mask=mask)
+        o8 = _off8(offs)
+        gl.store(lo_ptr + o8, gl.convert_layout(lo8, out), mask=mask)
+        gl.store(lo_ptr + o8 + T64, gl.convert_layout(hi8, out), mask=mask)
+    else:
+        hi, lo = _split(x, SCHEME, PACK_HI)
+        hi = gl.convert_layout(hi, out)
+        lo = gl.convert_layout(lo, out)
+        gl.store(hi_ptr + offs, hi, mask=mask)
+        gl.store(lo_ptr + offs, lo, mask=mask)
+
+
+@gluon.jit
+def _store_rows(hi_ptr, lo_ptr, offs, mask, y, SCHEME: gl.constexpr, PACK_HI: gl.constexpr):
+    """A LayerNorm task's rows stored split for their GEMM's scheme, in their own layout."""
+    if SCHEME == "f16f8":
+        hi, lo8, hi8 = _split8(y)
+        gl.store(hi_ptr + offs, hi, mask=mask)
+        o8 = _off8(offs)
+        gl.store(lo_ptr + o8, lo8, mask=mask)
+        gl.store(lo_ptr + o8 + T64, hi8, mask=mask)
+    else:
+        hi, lo = _split(y, SCHEME, PACK_HI)
+        gl.store(hi_ptr + offs, hi, mask=mask)
+        gl.store(lo_ptr + offs, lo, mask=mask)
 
 
 @gluon.jit
@@ -637,6 +696,85 @@ def _gemm_step_at(a_hi, a_lo, w_hi, w_lo, ai, wi, acc, FIRST: gl.constexpr, SCHE
     if SCHEME == "bf16x3":
         acc = warpgroup_mma(a_hi.index(ai), w_lo.index(wi), acc, is_async=True)
     return warpgroup_mma(a_hi.index(ai), w_hi.index(wi), acc, is_async=True)
+
+
+@gluon.jit
+def _gemm_step8(a_hi, a8, w_hi, w8, ai, wi, acc, acc8, FIRST: gl.constexpr):
+    """One K step of f16f8 on A tile ``ai`` and W tile ``wi`` of the ring's views: a_hi·w_hi on fp16 operands into
+    ``acc``, then both correction terms as ONE fp8 e4m3 product of depth 128 into ``acc8``: [a_lo8 | a_hi8] ·
+    [w_hi8 ; w_lo8] (the weight tile K-major: a transposed view), whose scale the K loop's end undoes
+    (``_gemm_mma8``). fp8 wgmma runs at twice the fp16 rate: 2 products' time against bf16x3's 3."""
+    acc = warpgroup_mma(a_hi.index(ai), w_hi.index(wi), acc, use_acc=not FIRST, is_async=True)
+    acc8 = warpgroup_mma(a8.index(ai), w8.index(wi).permute((1, 0)), acc8, use_acc=not FIRST, is_async=True)
+    return acc, acc8
+
+
+@gluon.jit
+def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
+               mma: gl.constexpr):
+    """``_gemm_mma`` for f16f8: two accumulators, the fp16 products' in fp32 and the fp8 correction products' (at
+    2^11 · s of their value) in fp16, two wgmma groups a K step, the previous step's slot freed as there; returns
+    (acc + acc8 · inv, g) with ``inv`` = 1 / (2^11 s) of the layer's weight (``host._weight_parts``). The fp8 products
+    accumulate apart: the tensor core adds an fp8 product into its accumulator at reduced precision (into the fp32
+    one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag.md "Results" 43),
+    and what they add is ~2^-11 of the result; an fp16 accumulator holds that as precisely as an fp32 one there, in
+    half the registers."""
+    a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
+                                                   instr_shape=[16, BN, 32])   # fp8 wgmma: k = 32
+    acc = gl.zeros([T64, BN], gl.float32, layout=mma)
+    acc8 = gl.zeros([T64, BN], gl.float16, layout=mma8)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc, acc8 = _gemm_step8(a_hi, a8, w_hi, w8, slot, slot * R, acc, acc8, True)
+    acc, acc8 = warpgroup_mma_wait(2, deps=(acc, acc8))
+    g += 1
+    for kk in range(1, steps):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        acc, acc8 = _gemm_step8(a_hi, a8, w_hi, w8, slot, slot * R, acc, acc8, False)
+        acc, acc8 = warpgroup_mma_wait(2, deps=(acc, acc8))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        g += 1
+    acc, acc8 = warpgroup_mma_wait(0, deps=(acc, acc8))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    return acc + gl.convert_layout(acc8.to(gl.float32) * inv, mma), g
+
+
+@gluon.jit
+def _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
+                mma: gl.constexpr):
+    """``_gemm_mma8`` for a 128-row tile (``_gemm_mma2``'s halves): four accumulators, each half's fp32 one and its
+    fp16 correction one (64 + 32 registers a half), four wgmma groups a K step on the slot's one W pair. Returns
+    (acc0, acc1, g)."""
+    a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
+                                                   instr_shape=[16, BN, 32])   # fp8 wgmma: k = 32
+    acc0 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    acc1 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    c0 = gl.zeros([T64, BN], gl.float16, layout=mma8)
+    c1 = gl.zeros([T64, BN], gl.float16, layout=mma8)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc0, c0 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot, slot * R, acc0, c0, True)
+    acc1, c1 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot + 1, slot * R, acc1, c1, True)
+    acc0, c0, acc1, c1 = warpgroup_mma_wait(4, deps=(acc0, c0, acc1, c1))
+    g += 1
+    for kk in range(1, steps):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        acc0, c0 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot, slot * R, acc0, c0, False)
+        acc1, c1 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot + 1, slot * R, acc1, c1, False)
+        acc0, c0, acc1, c1 = warpgroup_mma_wait(4, deps=(acc0, c0, acc1, c1))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        g += 1
+    acc0, c0, acc1, c1 = warpgroup_mma_wait(0, deps=(acc0, c0, acc1, c1))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    acc0 = acc0 + gl.convert_layout(c0.to(gl.float32) * inv, mma)
+    acc1 = acc1 + gl.convert_layout(c1.to(gl.float32) * inv, mma)
+    return acc0, acc1, g
 
 
 @gluon.jit
@@ -797,7 +935,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
     and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide atomics, no conversion
     through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
@@ -817,9 +955,40 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     bias = gl.load(b_ptr + l * NB + cn, mask=cn < NB, other=0.0)
     f16 = (((kind == 1) & (SCHEME_QKV == "f16_w1")) | ((kind == 3) & (SCHEME_O == "f16_w1"))
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
+    ANY_F8: gl.constexpr = ((SCHEME_QKV == "f16f8") or (SCHEME_O == "f16f8") or (SCHEME_FFN1 == "f16f8")
+                            or (SCHEME_FFN2 == "f16f8"))
     row0 = m * (MB * T64)
     col0 = n * BN
-    if MB == 2:   # a 128-row tile: two accumulators on one W tile a step, the epilogue once a 64-row half
+    # the K loop of the task's scheme, one body per scheme in use (a 128-row tile, MB = 2: two accumulators on one W
+    # tile a step, acc1 the rows 64-127; at MB = 1 acc1 is acc)
+    if ANY_F8:   # f16f8: the layer's 1 / (2^11 s) of this GEMM's weight ([L, 4]: QKV, O, FFN1, FFN2)
+        inv = gl.load(f8s_ptr + l * 4 + gl.where(kind == 1, 0, gl.where(kind == 3, 1, gl.where(kind == 5, 2, 3))))
+        if ANY_F16 or ANY_BF:
+            f8 = (((kind == 1) & (SCHEME_QKV == "f16f8")) | ((kind == 3) & (SCHEME_O == "f16f8"))
+                  | ((kind == 5) & (SCHEME_FFN1 == "f16f8")) | ((kind == 6) & (SCHEME_FFN2 == "f16f8")))
+            if f8:
+                acc, acc1, g = _mma_f8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB)
+            else:
+                acc, acc1, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB)
+        else:
+            acc, acc1, g = _mma_f8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB)
+    else:
+        acc, acc1, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB)
+    _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
+    _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
+                   acc_out, PACK_HI)
+    if MB == 2:   # the epilogue once a 64-row half
+        _gemm_epilogue(acc1, bias, kind, l, s, row0 + T64, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma,
+                       out, acc_out, PACK_HI)
+    return g
+
+
+@gluon.jit
+def _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16: gl.constexpr, ANY_BF: gl.constexpr, STAGES: gl.constexpr,
+             BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr, MB: gl.constexpr):
+    """The K loop of a bf16x3 or f16_w1 task (``f16``: this task's is f16_w1), a body for each in use; returns (acc,
+    acc1, g): MB = 2 the two 64-row halves' accumulators (``_gemm_mma2``), MB = 1 acc twice (``_gemm_mma``)."""
+    if MB == 2:
         if ANY_F16 and ANY_BF:
             if f16:
                 acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
@@ -829,11 +998,6 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
             acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
             acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-        _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
-        _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
-                       acc_out, PACK_HI)
-        _gemm_epilogue(acc1, bias, kind, l, s, row0 + T64, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma,
-                       out, acc_out, PACK_HI)
     else:
         if ANY_F16 and ANY_BF:
             if f16:
@@ -844,10 +1008,20 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
             acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
             acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-        _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
-        _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
-                       acc_out, PACK_HI)
-    return g
+        acc1 = acc
+    return acc, acc1, g
+
+
+@gluon.jit
+def _mma_f8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
+            mma: gl.constexpr, MB: gl.constexpr):
+    """The K loop of an f16f8 task; returns (acc, acc1, g) as ``_mma_nf8``."""
+    if MB == 2:
+        acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+    else:
+        acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+        acc1 = acc
+    return acc, acc1, g
 
 
 @gluon.jit
@@ -856,7 +1030,7 @@ def _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B: gl.constexpr, S: 
                    EPI: gl.constexpr, mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
                    PACK_HI: gl.constexpr):
     """The epilogue of a GEMM task's 64 × BN accumulator at rows row0 … (``_gemm_body``'s EPI)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
     M: gl.constexpr = B * S
     if EPI == "qkv":
         _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out, PACK_HI)
@@ -875,7 +1049,7 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
                                SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
                                out: gl.constexpr, acc_out: gl.constexpr, PACK_HI: gl.constexpr):
     """FFN1's epilogue (kind 5) or the residual one (output projection, FFN2)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
     if kind == 5:
         _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out,
                        PACK_HI)
@@ -963,13 +1137,9 @@ def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr
         rstd = 1.0 / gl.sqrt(var + LN_EPS)
         y = xc * rstd[:, None] * w[None, :] + bias[None, :]
         if kind == 0:
-            hi, lo = _split(y, SCHEME_QKV, PACK_HI)
-            gl.store(ln1_hi_ptr + offs, hi, mask=mask)
-            gl.store(ln1_lo_ptr + offs, lo, mask=mask)
+            _store_rows(ln1_hi_ptr, ln1_lo_ptr, offs, mask, y, SCHEME_QKV, PACK_HI)
         elif kind == 4:
-            hi, lo = _split(y, SCHEME_FFN1, PACK_HI)
-            gl.store(ln2_hi_ptr + offs, hi, mask=mask)
-            gl.store(ln2_lo_ptr + offs, lo, mask=mask)
+            _store_rows(ln2_hi_ptr, ln2_lo_ptr, offs, mask, y, SCHEME_FFN1, PACK_HI)
         else:
             gl.store(y_ptr + offs, y, mask=mask)
 
@@ -988,7 +1158,7 @@ def _consumer(smem, bufs, qk_scale,
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
      ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-     lnfw_ptr, lnfb_ptr, trace_ptr) = bufs
+     lnfw_ptr, lnfb_ptr, f8s_ptr, trace_ptr) = bufs
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -1002,7 +1172,7 @@ def _consumer(smem, bufs, qk_scale,
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = _ln_layout(num_warps, LN_ROW_WARPS)
     hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
-    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr)
+    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr)
     q_hi, q_lo = q_buf
     q_mine = (q_hi.index(CID), q_lo.index(CID))     # this consumer's q buffer and its barriers
     q_ready_c = q_ready.index(CID)
@@ -1085,7 +1255,7 @@ def dag_ws_fwd(
     qkv_hi_d, qkv_lo_d,                                                           # q|k|v [L*3*B*H*S, 64]
     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
-    ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr,
+    ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, f8s_ptr,
     tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
@@ -1140,7 +1310,7 @@ def dag_ws_fwd(
     smem = (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free)
     bufs = (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
             ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-            lnfw_ptr, lnfb_ptr, trace_ptr)
+            lnfw_ptr, lnfb_ptr, f8s_ptr, trace_ptr)
     # (Gluon takes the partitions as a list literal of (function, arguments): one list per consumer count)
     if CONSUMERS == 1:
         gl.warp_specialize([
@@ -1345,8 +1515,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 num_warps=4)
 
 
-def _smem_layout(cols: int = TILE):
-    return gl.NVMMASharedLayout.get_default_for([TILE, cols], gl.bfloat16)
+def _smem_layout(cols: int = TILE, rows: int = TILE, fp8: bool = False):
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.float8e4nv if fp8 else gl.bfloat16)
 
 
 def descriptors(tensors: dict) -> list:
@@ -1354,24 +1524,29 @@ def descriptors(tensors: dict) -> list:
     A operands as [rows, D] (FFN2's [4, M, D] as [4M, D]), the weight slabs [L, N/BN, K, BN] as [L*N/BN*K, BN]
     (BN = block_n, the slabs' last dim), q|k|v [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]; every box 64 × 64 but the
     weights' 64 × BN (one NVMMA layout, 128-byte swizzle: bf16 and fp16 alike, 64 or 128 columns)."""
+    import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    def desc(t, cols=TILE):
+    def desc(t, cols=TILE, rows=TILE):
         t2 = t.reshape(-1, t.shape[-1])
-        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [TILE, cols], _smem_layout(cols))
+        fp8 = t.dtype == torch.float8_e4m3fn
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols], _smem_layout(cols, rows, fp8))
     out = []
-    for n in A_BUFS:
-        out += [desc(tensors[f"{n}_hi_ptr"]), desc(tensors[f"{n}_lo_ptr"])]
-    for n in W_BUFS:
+    f8 = torch.float8_e4m3fn
+    for n in A_BUFS:   # (f16f8: lo [.., 2D] fp8, box 64 x 128)
+        lo = tensors[f"{n}_lo_ptr"]
+        out += [desc(tensors[f"{n}_hi_ptr"]), desc(lo, 2 * TILE) if lo.dtype == f8 else desc(lo)]
+    for n in W_BUFS:   # (f16f8: lo [L, N/BN, K/64, BN, 128] fp8 as [L*N/BN*K/64*BN, 128], box BN x 128: K-major)
         bn = tensors[f"{n}_hi_ptr"].shape[-1]
-        out += [desc(tensors[f"{n}_hi_ptr"], bn), desc(tensors[f"{n}_lo_ptr"], bn)]
+        lo = tensors[f"{n}_lo_ptr"]
+        out += [desc(tensors[f"{n}_hi_ptr"], bn), desc(lo, 2 * TILE, bn) if lo.dtype == f8 else desc(lo, bn)]
     out += [desc(tensors["qkv_hi_ptr"]), desc(tensors["qkv_lo_ptr"])]
     return out
 
 
 POINTERS = ("x_ptr", "y_ptr", "r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr",
             "att_lo_ptr", "ln2_hi_ptr", "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr", "ln1w_ptr", "ln1b_ptr", "bqkv_ptr",
-            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr")
+            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr", "f8s_ptr")
 CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr")
 SCALARS = ("n_tasks", "epoch", "spin_limit", "qk_scale")
 CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + len(POINTERS) + len(CONTROL)
@@ -1390,7 +1565,8 @@ def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
     descs = descriptors(fake)
     names = list(dag_ws_fwd.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:len(descs)], descs)}
-    tname = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+    tname = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
+             torch.float8_e4m3fn: "*fp8e4nv"}
     for n in POINTERS:
         key = n[:-4]
         sig[n] = tname[dtypes[key]] if key in dtypes else "*fp32"
