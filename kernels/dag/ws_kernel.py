@@ -712,19 +712,19 @@ def _gemm_step8(a_hi, a8, w_hi, w8, ai, wi, acc, acc8, FIRST: gl.constexpr):
 @gluon.jit
 def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr):
-    """``_gemm_mma`` for f16f8: two accumulators, the fp16 products' in fp32 and the fp8 correction products' (at
-    2^11 · s of their value) in fp16, two wgmma groups a K step, the previous step's slot freed as there; returns
+    """``_gemm_mma`` for f16f8: two fp32 accumulators, the fp16 products' and the fp8 correction products' (at
+    2^11 · s of their value), two wgmma groups a K step, the previous step's slot freed as there; returns
     (acc + acc8 · inv, g) with ``inv`` = 1 / (2^11 s) of the layer's weight (``host._weight_parts``). The fp8 products
-    accumulate apart: the tensor core adds an fp8 product into its accumulator at reduced precision (into the fp32
-    one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag.md "Results" 43),
-    and what they add is ~2^-11 of the result; an fp16 accumulator holds that as precisely as an fp32 one there, in
-    half the registers."""
+    accumulate apart: the tensor core adds an fp8 product into its accumulator at reduced precision (into the fp16
+    products' one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag.md
+    "Results" 43), and what they add is ~2^-11 of the result. (An fp16 correction accumulator, as ``_gemm_mma82``'s,
+    is as precise by the probe, but here ptxas serializes the kernel's wgmma for it: C7514.)"""
     a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
                                                    instr_shape=[16, BN, 32])   # fp8 wgmma: k = 32
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
-    acc8 = gl.zeros([T64, BN], gl.float16, layout=mma8)
+    acc8 = gl.zeros([T64, BN], gl.float32, layout=mma8)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
     acc, acc8 = _gemm_step8(a_hi, a8, w_hi, w8, slot, slot * R, acc, acc8, True)
@@ -746,8 +746,9 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
 def _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
                 mma: gl.constexpr):
     """``_gemm_mma8`` for a 128-row tile (``_gemm_mma2``'s halves): four accumulators, each half's fp32 one and its
-    fp16 correction one (64 + 32 registers a half), four wgmma groups a K step on the slot's one W pair. Returns
-    (acc0, acc1, g)."""
+    correction one in fp16 (64 + 32 registers a half: four fp32 ones would take all 256 of a thread's; the fp16
+    correction accumulator is as precise as an fp32 one, ``bench.dag.mma_accum``), four wgmma groups a K step on the
+    slot's one W pair. Returns (acc0, acc1, g)."""
     a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
@@ -960,20 +961,32 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     row0 = m * (MB * T64)
     col0 = n * BN
     # the K loop of the task's scheme, one body per scheme in use (a 128-row tile, MB = 2: two accumulators on one W
-    # tile a step, acc1 the rows 64-127; at MB = 1 acc1 is acc)
+    # tile a step, acc1 the rows 64-127)
+    inv = 1.0
     if ANY_F8:   # f16f8: the layer's 1 / (2^11 s) of this GEMM's weight ([L, 4]: QKV, O, FFN1, FFN2)
         inv = gl.load(f8s_ptr + l * 4 + gl.where(kind == 1, 0, gl.where(kind == 3, 1, gl.where(kind == 5, 2, 3))))
-        if ANY_F16 or ANY_BF:
-            f8 = (((kind == 1) & (SCHEME_QKV == "f16f8")) | ((kind == 3) & (SCHEME_O == "f16f8"))
-                  | ((kind == 5) & (SCHEME_FFN1 == "f16f8")) | ((kind == 6) & (SCHEME_FFN2 == "f16f8")))
+    f8 = (((kind == 1) & (SCHEME_QKV == "f16f8")) | ((kind == 3) & (SCHEME_O == "f16f8"))
+          | ((kind == 5) & (SCHEME_FFN1 == "f16f8")) | ((kind == 6) & (SCHEME_FFN2 == "f16f8")))
+    if MB == 2:
+        if ANY_F8 and (ANY_F16 or ANY_BF):
             if f8:
-                acc, acc1, g = _mma_f8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB)
+                acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
             else:
-                acc, acc1, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB)
+                acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+        elif ANY_F8:
+            acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
         else:
-            acc, acc1, g = _mma_f8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB)
+            acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
     else:
-        acc, acc1, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB)
+        if ANY_F8 and (ANY_F16 or ANY_BF):
+            if f8:
+                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+            else:
+                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+        elif ANY_F8:
+            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+        else:
+            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
                    acc_out, PACK_HI)
@@ -985,42 +998,34 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
 
 @gluon.jit
 def _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16: gl.constexpr, ANY_BF: gl.constexpr, STAGES: gl.constexpr,
-             BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr, MB: gl.constexpr):
-    """The K loop of a bf16x3 or f16_w1 task (``f16``: this task's is f16_w1), a body for each in use; returns (acc,
-    acc1, g): MB = 2 the two 64-row halves' accumulators (``_gemm_mma2``), MB = 1 acc twice (``_gemm_mma``)."""
-    if MB == 2:
-        if ANY_F16 and ANY_BF:
-            if f16:
-                acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
-            else:
-                acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-        elif ANY_F16:
-            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
-        else:
-            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-    else:
-        if ANY_F16 and ANY_BF:
-            if f16:
-                acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
-            else:
-                acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-        elif ANY_F16:
+             BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr):
+    """The K loop (``_gemm_mma``) of a bf16x3 or f16_w1 task (``f16``: this task's is f16_w1), a body for each in use.
+    Returns (acc, g)."""
+    if ANY_F16 and ANY_BF:
+        if f16:
             acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
         else:
             acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-        acc1 = acc
-    return acc, acc1, g
+    elif ANY_F16:
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+    else:
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+    return acc, g
 
 
 @gluon.jit
-def _mma_f8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
-            mma: gl.constexpr, MB: gl.constexpr):
-    """The K loop of an f16f8 task; returns (acc, acc1, g) as ``_mma_nf8``."""
-    if MB == 2:
-        acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+def _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16: gl.constexpr, ANY_BF: gl.constexpr, STAGES: gl.constexpr,
+               BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr):
+    """``_mma_nf8`` for a 128-row tile (``_gemm_mma2``). Returns (acc0, acc1, g)."""
+    if ANY_F16 and ANY_BF:
+        if f16:
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+        else:
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+    elif ANY_F16:
+        acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
     else:
-        acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
-        acc1 = acc
+        acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
     return acc, acc1, g
 
 
