@@ -154,7 +154,7 @@ def measure(K: int, seed: int, a_std: float = 1.0, w_std: float = 0.02) -> list:
         rows.append(dict(form=form, K=K, seed=seed, a_std=a_std, w_std=w_std,
                          err_over_max_ref=(err.max() / ref.abs().max()).item(),
                          err_over_abs_product=(err / scale).max().item()))
-    f32 = a @ w   # fp32 on CUDA cores (TF32 off by default in torch matmul for fp32? forced off below)
+    f32 = a @ w   # fp32 on CUDA cores (main() turns TF32 off)
     err = (f32.double() - ref).abs()
     rows.append(dict(form="fp32", K=K, seed=seed, a_std=a_std, w_std=w_std,
                      err_over_max_ref=(err.max() / ref.abs().max()).item(),
