@@ -85,6 +85,8 @@ CONFIGS = {
     "bn128_s2_f16_ffn1": dict(block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, num_stages=2,
                               scheme_ffn1="f16_w1"),
     "f16_all": dict(scheme_qkv="f16_w1", scheme_o="f16_w1", scheme_ffn1="f16_w1", scheme_ffn2="f16_w1"),
+    # fp16 product plus two fp8 correction products on every linear GEMM (form ws only; docs/dag.md, Precision)
+    "f16f8": dict(form="ws", scheme_qkv="f16f8", scheme_o="f16f8", scheme_ffn1="f16f8", scheme_ffn2="f16f8"),
 }
 DEFAULT_CONFIGS = ("default", "bn128", "cps2", "layer_order")
 PRECISION_CONFIGS = ("default", "f16_ffn1", "f16_ffn2")  # time and margin (--margin 256) of each: docs/dag.md

@@ -762,18 +762,20 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
     meta = host.kernel_meta(case, t, g, o, 264, True, width)
     mw = ws_meta(meta, stages=stages, trace=trace, consumers=o["ws_consumers"], pre=o["ws_pre"])
     M, D, L = case.tokens, case.D, case.L
-    dt = {"bf16x3": torch.bfloat16, "f16_w1": torch.float16}
     dtypes, shapes = {}, {}
     for n, sch, shp in (("ln1", t.scheme_qkv, (M, D)), ("att", t.scheme_o, (M, D)),
                         ("ln2", t.scheme_ffn1, (M, D)), ("f", t.scheme_ffn2, (4, M, D)),
                         ("qkv", "bf16x3", (L, 3, case.B, case.H, case.S, case.dh))):
-        for part in ("hi", "lo"):
-            dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], shp
+        for part in ("hi", "lo"):   # host._buffers (f16f8: lo [2, *shape] fp8)
+            dtypes[f"{n}_{part}"] = host._part_dtype(sch, True, part)
+            shapes[f"{n}_{part}"] = (*shp[:-1], 2 * shp[-1]) if sch == "f16f8" and part == "lo" else shp
     for n, sch, N, K, bn in (("wqkv", t.scheme_qkv, 3 * D, D, t.block_n_qkv), ("wo", t.scheme_o, D, D, t.block_n_o),
                              ("w1", t.scheme_ffn1, 4 * D, D, t.block_n_ffn1),
                              ("w2", t.scheme_ffn2, D, 4 * D, t.block_n_ffn2)):
-        for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n]
-            dtypes[f"{n}_{part}"], shapes[f"{n}_{part}"] = dt[sch], (L, -(-N // bn), K, bn)
+        for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n] (f16f8: lo [L, N/bn, K/64, bn, 128])
+            dtypes[f"{n}_{part}"] = host._part_dtype(sch, True, part)
+            shapes[f"{n}_{part}"] = ((L, -(-N // bn), K // 64, bn, 128) if sch == "f16f8" and part == "lo"
+                                     else (L, -(-N // bn), K, bn))
     return compile_for_sm90(mw, dtypes, shapes), case, g, t, mw, dtypes, shapes
 
 

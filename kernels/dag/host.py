@@ -81,6 +81,10 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: ws_pre={o['ws_pre']}: 1 to ws_stages ({o['ws_stages']}) (form ws: weight steps a "
                              "GEMM task's loader claims before its dependency wait, at most the ring's slots): set "
                              f"ws_pre: {o['ws_stages']} or less, or more ws_stages")
+    f8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == "f16f8"]
+    if f8 and o["form"] != "ws":
+        raise ParameterError(f"dag: {f8[0]}=f16f8 runs on form ws only (fp8 wgmma with K-major weight parts, "
+                             f"ws_kernel.py): set form: ws or {f8[0]}: bf16x3")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o
@@ -214,9 +218,31 @@ def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
     return w.reshape(L, K, nb, block_n).permute(0, 2, 1, 3).contiguous()
 
 
-def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hi, lo) of an fp32 weight for ``scheme``: bf16x3 — bf16 parts (round to nearest); f16_w1 — the fp16
-    rounding once (lo is the same tensor, unused). Without a GPU the same values in fp32 tensors."""
+F8 = torch.float8_e4m3fn
+F8_A_SCALE = 2.0 ** 11   # f16f8: A's lo part (|lo| <= 2^-11 |A|) is stored as fp8(lo * 2^11)
+
+
+def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(hi, lo, inv) of fp32 weight slabs [L, N / bn, K, bn] for ``scheme``: bf16x3 — bf16 parts (round to nearest);
+    f16_w1 — the fp16 rounding once (lo is the same tensor, unused); f16f8 — hi the fp16 rounding, lo [L, N / bn,
+    K / 64, bn, 128] fp8 e4m3, per 64-deep K step a K-major [bn, 128] tile (fp8 wgmma reads its B operand K-major):
+    columns 0-63 fp8(hi · s), 64-127 fp8((w − hi) · 2^11 · s) of the step's 64 K rows, so one product of depth 128
+    with A's [lo · 2^11 | hi] pair is both correction terms; s per layer the power of two that puts the layer's max |w|
+    at or below 224 (``bench/seqres/precision_probe`` f16f8).
+    ``inv`` [L]: 1 / (2^11 s) (f16f8; 1 otherwise), what the kernel multiplies the fp8 products' accumulator by.
+    Without a GPU the same values in fp32 tensors (bf16x3, f16_w1; f16f8 has no CPU kernel)."""
+    L = w.shape[0]
+    inv = torch.ones(L, dtype=torch.float32)
+    if scheme == "f16f8":
+        hi = w.to(torch.float16)
+        amax = w.abs().reshape(L, -1).amax(1).clamp_min(torch.finfo(torch.float32).tiny)
+        s = torch.exp2(torch.floor(torch.log2(224.0 / amax)))[:, None, None, None]
+        K, bn = w.shape[2], w.shape[3]
+        parts = torch.stack([hi.float() * s, (w - hi.float()) * (F8_A_SCALE * s)], 2)   # [L, nb, 2, K, bn]
+        parts = parts.reshape(L, -1, 2, K // 64, 64, bn).permute(0, 1, 3, 5, 2, 4)     # [L, nb, K/64, bn, 2, 64]
+        lo = parts.reshape(L, -1, K // 64, bn, 128).contiguous().to(F8)
+        inv = (1.0 / (F8_A_SCALE * s.reshape(L))).float().cpu()
+        return hi.contiguous(), lo, inv.contiguous()
     if scheme == "bf16x3":
         hi, lo = split_hi_lo(w)
     else:
@@ -224,35 +250,42 @@ def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor
     if not gpu:
         hi, lo = hi.float(), (lo.float() if lo is not hi else None)
         lo = hi if lo is None else lo
-    return hi.contiguous(), lo.contiguous()
+    return hi.contiguous(), lo.contiguous(), inv
 
 
-def _part_dtype(scheme: str, gpu: bool) -> torch.dtype:
+def _part_dtype(scheme: str, gpu: bool, part: str = "hi") -> torch.dtype:
     if not gpu:
         return torch.float32
+    if scheme == "f16f8":
+        return torch.float16 if part == "hi" else F8
     return torch.bfloat16 if scheme == "bf16x3" else torch.float16
 
 
 def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
-    """Scratch: the residual stream and every split A operand (one q|k|v copy per layer)."""
+    """Scratch: the residual stream and every split A operand (one q|k|v copy per layer). f16f8 (GPU): hi fp16, lo
+    fp8 [..., 2D]: per 64 columns of A fp8(lo · 2^11), then fp8(hi) (the A of the fp8 product of depth 128)."""
     B, S, D, H, L = case.B, case.S, case.D, case.H, case.L
     M = B * S
     out = dict(r_ptr=torch.empty(M, D, device=dev, dtype=torch.float32))
     for name, shape, scheme in (("ln1", (M, D), t.scheme_qkv), ("qkv", (L, 3, B, H, S, case.dh), "bf16x3"),
                                 ("att", (M, D), t.scheme_o), ("ln2", (M, D), t.scheme_ffn1),
                                 ("f", (4, M, D), t.scheme_ffn2)):
-        dt = _part_dtype(scheme, gpu)
-        out[f"{name}_hi_ptr"] = torch.empty(shape, device=dev, dtype=dt)
-        out[f"{name}_lo_ptr"] = torch.empty(shape, device=dev, dtype=dt)
+        out[f"{name}_hi_ptr"] = torch.empty(shape, device=dev, dtype=_part_dtype(scheme, gpu))
+        lo_shape = (*shape[:-1], 2 * shape[-1]) if scheme == "f16f8" and gpu else shape
+        out[f"{name}_lo_ptr"] = torch.empty(lo_shape, device=dev, dtype=_part_dtype(scheme, gpu, "lo"))
     return out
 
 
 def _weight_tensors(weights: Weights, t: G.Tiling, gpu: bool) -> dict:
     out = {}
+    inv = []
     for arg, name, scheme, bn in (("wqkv", "w_qkv", t.scheme_qkv, t.block_n_qkv), ("wo", "w_o", t.scheme_o, t.block_n_o),
                                   ("w1", "w_1", t.scheme_ffn1, t.block_n_ffn1),
                                   ("w2", "w_2", t.scheme_ffn2, t.block_n_ffn2)):
-        out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"] = _weight_parts(_slabs(weights, name, bn), scheme, gpu)
+        out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"], i = _weight_parts(_slabs(weights, name, bn), scheme, gpu)
+        inv.append(i)
+    dev = out["wqkv_hi_ptr"].device
+    out["f8s_ptr"] = torch.stack(inv, 1).contiguous().to(dev)   # [L, 4]: QKV, O, FFN1, FFN2 (form ws)
     for arg, name in (("ln1w", "ln1_w"), ("ln1b", "ln1_b"), ("bqkv", "b_qkv"), ("bo", "b_o"), ("ln2w", "ln2_w"),
                       ("ln2b", "ln2_b"), ("b1", "b_1"), ("b2", "b_2")):
         out[f"{arg}_ptr"] = torch.stack([getattr(l, name) for l in weights.layers]).contiguous()

@@ -124,7 +124,8 @@ import triton
 from triton import knobs
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                            warpgroup_mma_wait)
 
 from ..cases import variant_params
 from ..common import task_sync
@@ -135,6 +136,7 @@ from ..validate import ParameterError
 
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
 T64 = gl.constexpr(TILE)
+F8_A_SCALE = gl.constexpr(2048.0)   # f16f8: A's lo part stored as fp8(lo * 2^11) (host.F8_A_SCALE)
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
 FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
@@ -209,7 +211,8 @@ def _softmax(s, m_i, l_i, qk_scale, diag, CAUSAL: gl.constexpr, mma: gl.constexp
 @gluon.jit
 def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v_empty, q_empty, g, nkv, qk_scale,
                     zero, m_i, l_i, acc, CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_ONE_BARRIER: gl.constexpr,
-                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True):
+                    mma: gl.constexpr, dot: gl.constexpr, V_SLOT: gl.constexpr, PACK_HI: gl.constexpr = True,
+                    K_SLOT: gl.constexpr = 1, REG_Q: gl.constexpr = False, RELEASE: gl.constexpr = 1):
     """The key blocks g … g + nkv − 1 of a ring of ``STAGES`` slots (slot = block % STAGES) in FlashAttention-3's
     order within one warpgroup: block 0's q·kᵀ and softmax, then per block j ≥ 1 q·kᵀ of j and p·v of j − 1 issued
     together, the softmax of j while p·v of j − 1 runs, acc · alpha_j; the last block's p·v. Block 0's k must have
@@ -217,31 +220,42 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
     is released after its q·kᵀ (``k_empty``), its v after its p·v (``v_empty``). KV_ONE_BARRIER: k and v of a slot
     land and are released together (``k_ready`` / ``v_empty`` only; ``k_empty`` and ``v_ready`` are not used).
     V_SLOT: slot s's v tiles are ``v_hi`` / ``v_lo`` index s * V_SLOT (1: their own [STAGES, 64, 64] rings; the dag
-    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes).
+    kernel's 128-wide weight ring viewed as 64 × 64 tiles: 2, the first half of the slot's bytes); K_SLOT the same for
+    k (the dag kernel's A tiles at 128-row GEMM tiles: 2). REG_Q: q is in registers (wgmma's A-operand layout, kept
+    live to each wait) and ``q_empty`` is not used; RELEASE: the count a slot's release arrives with (the dag kernel's
+    cooperative consumers: 2, the one consumer that runs the task frees the slot for both).
     Starts from the running state (m_i, l_i, acc); returns (acc, l_i)."""
     slot = g % STAGES
-    s = _qk3(qh, ql, k_hi.index(slot), k_lo.index(slot), zero)
-    s = warpgroup_mma_wait(0, deps=(s, ))
+    s = _qk3(qh, ql, k_hi.index(slot * K_SLOT), k_lo.index(slot * K_SLOT), zero)
+    if REG_Q:
+        s, qh, ql = warpgroup_mma_wait(0, deps=(s, qh, ql))
+    else:
+        s = warpgroup_mma_wait(0, deps=(s, ))
     if not KV_ONE_BARRIER:
         mbarrier.arrive(k_empty.index(slot))
-    mbarrier.arrive(q_empty, pred=nkv == 1)
+    if not REG_Q:
+        mbarrier.arrive(q_empty, pred=nkv == 1)
     m_i, alpha, l_i, p_hi, p_lo = _softmax(s, m_i, l_i, qk_scale, nkv == 1, CAUSAL, mma, dot, PACK_HI)
     for j in range(1, nkv):
         cur = (g + j) % STAGES
         prev = (g + j - 1) % STAGES
         mbarrier.wait(k_ready.index(cur), ((g + j) // STAGES) & 1)
-        s = _qk3(qh, ql, k_hi.index(cur), k_lo.index(cur), zero)
+        s = _qk3(qh, ql, k_hi.index(cur * K_SLOT), k_lo.index(cur * K_SLOT), zero)
         if not KV_ONE_BARRIER:
             mbarrier.wait(v_ready.index(prev), ((g + j - 1) // STAGES) & 1)
         acc = _pv3(p_hi, p_lo, v_hi.index(prev * V_SLOT), v_lo.index(prev * V_SLOT), acc)
-        s = warpgroup_mma_wait(3, deps=(s, ))  # block j's q·kᵀ done (groups complete in order)
+        if REG_Q:
+            s, qh, ql = warpgroup_mma_wait(3, deps=(s, qh, ql))  # block j's q·kᵀ done (groups complete in order)
+        else:
+            s = warpgroup_mma_wait(3, deps=(s, ))
         if not KV_ONE_BARRIER:
             mbarrier.arrive(k_empty.index(cur))
-        mbarrier.arrive(q_empty, pred=j == nkv - 1)
+        if not REG_Q:
+            mbarrier.arrive(q_empty, pred=j == nkv - 1)
         m_i, alpha, l_i, pn_hi, pn_lo = _softmax(s, m_i, l_i, qk_scale, j == nkv - 1, CAUSAL, mma, dot,
                                                   PACK_HI)
         acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))  # block j - 1's p·v done
-        mbarrier.arrive(v_empty.index(prev))
+        mbarrier.arrive(v_empty.index(prev), count=RELEASE)
         acc = acc * alpha[:, None]
         p_hi = pn_hi
         p_lo = pn_lo
@@ -250,7 +264,7 @@ def _overlap_blocks(qh, ql, k_hi, k_lo, v_hi, v_lo, k_ready, k_empty, v_ready, v
         mbarrier.wait(v_ready.index(last), ((g + nkv - 1) // STAGES) & 1)
     acc = _pv3(p_hi, p_lo, v_hi.index(last * V_SLOT), v_lo.index(last * V_SLOT), acc)
     acc, p_hi, p_lo = warpgroup_mma_wait(0, deps=(acc, p_hi, p_lo))
-    mbarrier.arrive(v_empty.index(last))
+    mbarrier.arrive(v_empty.index(last), count=RELEASE)
     return acc, l_i
 
 
@@ -354,12 +368,20 @@ def _ring_views(ring, SCHEME: gl.constexpr, STAGES: gl.constexpr, RN: gl.constex
     the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's (``_w_views``, as the
     attention's v: the loader's TMA and the consumer's wgmma go through the same view)."""
     a_hi, a_lo, w_hi, w_lo = ring
-    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, RN, BN)
-    if SCHEME == "f16_w1":
+    if SCHEME == "f16f8":   # (a_hi fp16, A's fp8 [lo | hi] pair, w_hi fp16, W's fp8 [hi | lo] pair K-major)
+        l8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+        a_lo = a_lo._reinterpret(gl.float8e4nv, [a_lo.shape[0], T64, 2 * T64], l8)   # (STAGES * 64-row halves)
+        w_lo = w_lo._reinterpret(gl.float8e4nv, [STAGES * (RN // BN), BN, 2 * T64], l8)   # slot s: s * RN / BN
+        w_hi, w_unused = _w_views(w_hi, w_hi, STAGES, RN, BN)
         a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
-        a_lo = a_lo._reinterpret(gl.float16, a_lo.shape, a_lo.layout)
         w_hi = w_hi._reinterpret(gl.float16, w_hi.shape, w_hi.layout)
-        w_lo = w_lo._reinterpret(gl.float16, w_lo.shape, w_lo.layout)
+    else:
+        w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, RN, BN)
+        if SCHEME == "f16_w1":
+            a_hi = a_hi._reinterpret(gl.float16, a_hi.shape, a_hi.layout)
+            a_lo = a_lo._reinterpret(gl.float16, a_lo.shape, a_lo.layout)
+            w_hi = w_hi._reinterpret(gl.float16, w_hi.shape, w_hi.layout)
+            w_lo = w_lo._reinterpret(gl.float16, w_lo.shape, w_lo.layout)
     return a_hi, a_lo, w_hi, w_lo
 
 
@@ -388,58 +410,69 @@ def _claim(ready, empty, step, nbytes: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr):
-    """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``)."""
+def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr, BN: gl.constexpr):
+    """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``). f16f8:
+    the step's K-major fp8 [BN, 128] tile, row (row // 64) * BN of the [L*N/BN*K/64*BN, 128] view."""
     tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
     if SCHEME == "bf16x3":
         tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot * R))
+    elif SCHEME == "f16f8":
+        tma.async_copy_global_to_shared(w_lo_d, [(row // T64) * BN, 0], ready.index(slot), w_lo.index(slot * R))
 
 
 @gluon.jit
 def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.constexpr, STAGES: gl.constexpr,
-              BN: gl.constexpr, RN: gl.constexpr, PRE: gl.constexpr):
+              BN: gl.constexpr, RN: gl.constexpr, PRE: gl.constexpr, MB: gl.constexpr):
     """Before the task's wait: claim its first min(PRE, steps) slots (PRE <= STAGES: ``ws_meta`` checks) and issue
     their weight tiles (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile
-    width, RN the ring's."""
+    width, RN the ring's, MB the tile's 64-row halves (block_m / 64: A's boxes a slot)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (1 if SCHEME == "f16_w1" else 2) * T64 * BN) * 2
     pre = gl.minimum(steps, PRE)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
-        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
+        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN, BN)
     return pre
 
 
 @gluon.jit
 def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps, wrow, k0, row0,
                M: gl.constexpr, D: gl.constexpr, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-               RN: gl.constexpr):
+               RN: gl.constexpr, MB: gl.constexpr):
     """After the wait: the A tiles of the claimed slots, then the remaining K steps (claim, weights, A). A's K
     column k lives in column block k // D of the [K // D * M, D] view (FFN2's [4, M, D]). A weight tile is one
-    64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both)."""
+    64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both). A 128-row
+    tile (MB = 2) takes two 64 × 64 A boxes a slot, rows row0 and row0 + 64, into A tiles slot * 2 and slot * 2 + 1."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * T64 * T64 + (2 if SCHEME == "bf16x3" else 1) * T64 * BN) * 2
+    NB: gl.constexpr = (2 * MB * T64 * T64 + (1 if SCHEME == "f16_w1" else 2) * T64 * BN) * 2
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
         if kk >= pre:
             slot = _claim(ready, empty, step, NB, STAGES)
-            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN)
+            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN, BN)
         k = k0 + kk * T64
         arow = (k // D) * M + row0
         acol = k % D
-        tma.async_copy_global_to_shared(a_hi_d, [arow, acol], ready.index(slot), a_hi.index(slot))
-        tma.async_copy_global_to_shared(a_lo_d, [arow, acol], ready.index(slot), a_lo.index(slot))
+        for hh in gl.static_range(MB):
+            tma.async_copy_global_to_shared(a_hi_d, [arow + hh * T64, acol], ready.index(slot),
+                                            a_hi.index(slot * MB + hh))
+            if SCHEME == "f16f8":   # A's fp8 [lo | hi] pair of these 64 columns: [rows, 2D] columns 2 acol ...
+                tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, 2 * acol], ready.index(slot),
+                                                a_lo.index(slot * MB + hh))
+            else:
+                tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, acol], ready.index(slot),
+                                                a_lo.index(slot * MB + hh))
     return g + steps
 
 
 @gluon.jit
 def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb,
                 B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                BN: gl.constexpr):
+                BN: gl.constexpr, MB: gl.constexpr):
     """Attention task (layer l, batch b, head h, query block qb): q hi/lo into the q buffer (once the consumer is
     done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot (v in
-    the first 64 × 64 tile of the slot's W part: ``_w_views``)."""
+    the first 64 × 64 tile of the slot's W part: ``_w_views``; k in the first of the slot's MB A tiles)."""
     a_hi, a_lo, w_hi, w_lo = ring
     VS: gl.constexpr = BN // T64
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
@@ -459,11 +492,58 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
     vrow = qrow + 2 * BHS
     for j in range(nkv):
         slot = _claim(ready, empty, g + j, 4 * T64 * T64 * 2, STAGES)
-        tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot))
-        tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot))
+        tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot * MB))
+        tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot * MB))
         tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot * VS))
         tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot * VS))
     return g + nkv
+
+
+@gluon.jit
+def _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, b, h, qb,
+                     B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                     BN: gl.constexpr, MB: gl.constexpr):
+    """``_attn_loads`` for the cooperative consumers (no q buffers): q hi/lo into the first A tile of the task's first
+    ring slot, then each key block's k and v into one slot as there. Returns g + 1 + the key blocks."""
+    a_hi, a_lo, w_hi, w_lo = ring
+    BHS: gl.constexpr = B * H * S
+    qrow = l * (3 * BHS) + (b * H + h) * S
+    slot = _claim(ready, empty, g, 2 * T64 * T64 * 2, STAGES)
+    tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], ready.index(slot), a_hi.index(slot * MB))
+    tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * T64, 0], ready.index(slot), a_lo.index(slot * MB))
+    VS: gl.constexpr = BN // T64
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
+    nkv = _n_key_blocks(qb, S, CAUSAL)
+    krow = qrow + BHS
+    vrow = qrow + 2 * BHS
+    for j in range(nkv):
+        slot = _claim(ready, empty, g + 1 + j, 4 * T64 * T64 * 2, STAGES)
+        tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot * MB))
+        tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot * MB))
+        tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot * VS))
+        tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot * VS))
+    return g + 1 + nkv
+
+
+@gluon.jit
+def _n_key_blocks(qb, S: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key blocks of query block qb's attention: up to the query block (causal), else all."""
+    if CAUSAL:
+        kv_end = gl.minimum((qb + 1) * T64, S)
+    else:
+        kv_end = qb * 0 + S
+    return (kv_end + T64 - 1) // T64
+
+
+@gluon.jit
+def _put_task(tids, tid_full, tid_free, cid, turn, t, kind, l, a, b, c, g, sg, hl: gl.constexpr,
+              COOP: gl.constexpr):
+    """Hand a task to its consumer (``_put``); the cooperative consumers each get every task."""
+    if COOP:
+        _put(tids, tid_full, tid_free, 0, turn, t, kind, l, a, b, c, g, sg, hl)
+        _put(tids, tid_full, tid_free, 2, turn, t, kind, l, a, b, c, g, sg, hl)
+    else:
+        _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g, sg, hl)
 
 
 @gluon.jit
@@ -495,10 +575,11 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr):
+            PRE_W: gl.constexpr, BLOCK_M: gl.constexpr, COOP: gl.constexpr = False):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
+    MB: gl.constexpr = BLOCK_M // T64
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     hl: gl.constexpr = _slot_layout(1, PACKED_HANDOFF)
     lane = gl.arange(0, 32, layout=lay)
@@ -513,6 +594,9 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
     while t < n_tasks:
         cid = i % CONSUMERS
         turn = i // CONSUMERS
+        if COOP:   # every task to both consumers, at their turn i
+            cid = i * 0
+            turn = i
         g0 = g
         row = tab_ptr + t * TASK_WIDTH
         kind = gl.load(row)
@@ -529,50 +613,57 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         pre = steps * 0
         if kind == 1:
             pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES,
-                           BLOCK_N_QKV, RING_N, PRE_W)
+                           BLOCK_N_QKV, RING_N, PRE_W, MB)
         elif kind == 3:
             pre = _gemm_pre(wo_hi_d, wo_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_O, STAGES, BLOCK_N,
-                           RING_N, PRE_W)
+                           RING_N, PRE_W, MB)
         elif kind == 5:
             pre = _gemm_pre(w1_hi_d, w1_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN1, STAGES, BLOCK_N,
-                           RING_N, PRE_W)
+                           RING_N, PRE_W, MB)
         elif kind == 6:
             pre = _gemm_pre(w2_hi_d, w2_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_FFN2, STAGES, BLOCK_N,
-                           RING_N, PRE_W)
+                           RING_N, PRE_W, MB)
         if not ln:  # GEMM / attention: handed over before the wait (the consumer then waits on the ring's data,
-            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)   # which comes only
+            _put_task(tids, tid_full, tid_free, cid, turn, t, kind, l, a, b, c, g0, sg, hl, COOP)   # which comes only
             #                                                                         after the wait)
         _wait_counters(row, HEADER + MAX_WAITS + MAX_SIGNALS, ctr_ptr, goal_ptr, err_ptr, t, epoch, spin_limit,
                        lane, MAX_WAITS, GOALS_IN_ROW)
         _proxy_fence(lay, 32)   # the acquired generic-proxy writes before this warp's TMA (async-proxy) reads
         _stamp(trace_ptr, t, 1, TRACE, lay, 32)
         if ln:      # LayerNorm: handed over after the wait (the consumer reads the producers' data itself)
-            _put(tids, tid_full, tid_free, 2 * cid, turn, t, kind, l, a, b, c, g0, sg, hl)
-        row0 = a * T64
+            _put_task(tids, tid_full, tid_free, cid, turn, t, kind, l, a, b, c, g0, sg, hl, COOP)
+        row0 = a * BLOCK_M
         if kind == 1:
             g = _gemm_rest(ln1_hi_d, ln1_lo_d, wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N_QKV, RING_N)
+                           row0, M, D, SCHEME_QKV, STAGES, BLOCK_N_QKV, RING_N, MB)
         elif kind == 3:
             g = _gemm_rest(att_hi_d, att_lo_d, wo_hi_d, wo_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_O, STAGES, BLOCK_N, RING_N)
+                           row0, M, D, SCHEME_O, STAGES, BLOCK_N, RING_N, MB)
         elif kind == 5:
             g = _gemm_rest(ln2_hi_d, ln2_lo_d, w1_hi_d, w1_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N, RING_N)
+                           row0, M, D, SCHEME_FFN1, STAGES, BLOCK_N, RING_N, MB)
         elif kind == 6:
             g = _gemm_rest(f_hi_d, f_lo_d, w2_hi_d, w2_lo_d, ring, ready, empty, g, pre, steps, wrow, k0,
-                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N, RING_N)
+                           row0, M, D, SCHEME_FFN2, STAGES, BLOCK_N, RING_N, MB)
         elif kind == 2:
-            na = na0 + (na1 - na0) * cid
-            g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
-                            q_ready.index(cid), q_empty.index(cid), g, na, l, a, b, c, B, S, H, CAUSAL, STAGES,
-                            RING_N)
-            na0 += 1 - cid
-            na1 += cid
+            if COOP:
+                g = _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, a, b, c, B, S, H, CAUSAL, STAGES,
+                                     RING_N, MB)
+            else:
+                na = na0 + (na1 - na0) * cid
+                g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
+                                q_ready.index(cid), q_empty.index(cid), g, na, l, a, b, c, B, S, H, CAUSAL,
+                                STAGES, RING_N, MB)
+                na0 += 1 - cid
+                na1 += cid
         i += 1
         t = gl.atomic_add(head_ptr, 1, sem="relaxed") - base
     for cc in gl.static_range(CONSUMERS):   # the end: each consumer passes it on to its signaller
-        _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
-             hl)
+        if COOP:
+            _put(tids, tid_full, tid_free, 2 * cc, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
+        else:
+            _put(tids, tid_full, tid_free, 2 * cc, (i - cc + CONSUMERS - 1) // CONSUMERS, -1, 0, 0, 0, 0, 0, 0, 0,
+                 hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -592,14 +683,57 @@ def _split(x, SCHEME: gl.constexpr, PACK_HI: gl.constexpr):
 
 
 @gluon.jit
+def _split8(x):
+    """fp32 -> f16f8's A parts: hi fp16 (round to nearest), fp8 e4m3 of the rest times 2^11 and fp8 of hi (round to
+    nearest, saturating: ``bench/seqres/precision_probe`` f16f8)."""
+    hi = x.to(gl.float16)
+    lo8 = ((x - hi.to(gl.float32)) * F8_A_SCALE).to(gl.float8e4nv)
+    return hi, lo8, hi.to(gl.float8e4nv)
+
+
+@gluon.jit
+def _off8(offs):
+    """f16f8: where A's element at ``offs`` (row R, column c of a [.., D] buffer: R * D + c) has its fp8 lo part in the
+    [.., 2D] lo buffer — per 64 columns 64 lo parts, then their 64 hi parts: R * 2D + (c // 64) * 128 + c % 64 =
+    2 offs − c % 64 (D a multiple of 64); the hi part 64 further. ``offs`` is a [rows, cols] tile whose threads hold
+    8 consecutive columns from a multiple of 8 (the stores' layouts): stated, so each thread's 8 fp8 parts go out as
+    one 8-byte store (the axis analysis does not see through the modulo)."""
+    o8 = 2 * offs - (offs % T64)
+    return gl.max_contiguous(gl.multiple_of(o8, [1, 8]), [1, 8])
+
+
+@gluon.jit
 def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr,
                  PACK_HI: gl.constexpr):
-    """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores)."""
-    hi, lo = _split(x, SCHEME, PACK_HI)
-    hi = gl.convert_layout(hi, out)
-    lo = gl.convert_layout(lo, out)
-    gl.store(hi_ptr + offs, hi, mask=mask)
-    gl.store(lo_ptr + offs, lo, mask=mask)
+    """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores). f16f8: hi, then
+    the fp8 pair into the [..., 2D] lo buffer (``_off8``)."""
+    if SCHEME == "f16f8":
+        hi, lo8, hi8 = _split8(x)
+        gl.store(hi_ptr + offs, gl.convert_layout(hi, out), mask=mask)
+        o8 = _off8(offs)
+        gl.store(lo_ptr + o8, gl.convert_layout(lo8, out), mask=mask)
+        gl.store(lo_ptr + o8 + T64, gl.convert_layout(hi8, out), mask=mask)
+    else:
+        hi, lo = _split(x, SCHEME, PACK_HI)
+        hi = gl.convert_layout(hi, out)
+        lo = gl.convert_layout(lo, out)
+        gl.store(hi_ptr + offs, hi, mask=mask)
+        gl.store(lo_ptr + offs, lo, mask=mask)
+
+
+@gluon.jit
+def _store_rows(hi_ptr, lo_ptr, offs, mask, y, SCHEME: gl.constexpr, PACK_HI: gl.constexpr):
+    """A LayerNorm task's rows stored split for their GEMM's scheme, in their own layout."""
+    if SCHEME == "f16f8":
+        hi, lo8, hi8 = _split8(y)
+        gl.store(hi_ptr + offs, hi, mask=mask)
+        o8 = _off8(offs)
+        gl.store(lo_ptr + o8, lo8, mask=mask)
+        gl.store(lo_ptr + o8 + T64, hi8, mask=mask)
+    else:
+        hi, lo = _split(y, SCHEME, PACK_HI)
+        gl.store(hi_ptr + offs, hi, mask=mask)
+        gl.store(lo_ptr + offs, lo, mask=mask)
 
 
 @gluon.jit
@@ -620,15 +754,102 @@ def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: g
     """One K step's products of the scheme, issued asynchronously on ``acc`` in kernel.py's order (bf16x3: a_lo·w_hi,
     a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w, a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False). The W
     tile of ring slot ``slot`` is view index slot * R (``_ring_views``)."""
-    acc = warpgroup_mma(a_lo.index(slot), w_hi.index(slot * R), acc, use_acc=not FIRST, is_async=True)
+    return _gemm_step_at(a_hi, a_lo, w_hi, w_lo, slot, slot * R, acc, FIRST, SCHEME)
+
+
+@gluon.jit
+def _gemm_step_at(a_hi, a_lo, w_hi, w_lo, ai, wi, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr):
+    """``_gemm_step`` on A tile ``ai`` and W tile ``wi`` of the ring's views."""
+    acc = warpgroup_mma(a_lo.index(ai), w_hi.index(wi), acc, use_acc=not FIRST, is_async=True)
     if SCHEME == "bf16x3":
-        acc = warpgroup_mma(a_hi.index(slot), w_lo.index(slot * R), acc, is_async=True)
-    return warpgroup_mma(a_hi.index(slot), w_hi.index(slot * R), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(ai), w_lo.index(wi), acc, is_async=True)
+    return warpgroup_mma(a_hi.index(ai), w_hi.index(wi), acc, is_async=True)
+
+
+@gluon.jit
+def _gemm_step8(a_hi, a8, w_hi, w8, ai, wi, acc, acc8, FIRST: gl.constexpr):
+    """One K step of f16f8 on A tile ``ai`` and W tile ``wi`` of the ring's views: a_hi·w_hi on fp16 operands into
+    ``acc``, then both correction terms as ONE fp8 e4m3 product of depth 128 into ``acc8``: [a_lo8 | a_hi8] ·
+    [w_hi8 ; w_lo8] (the weight tile K-major: a transposed view), whose scale the K loop's end undoes
+    (``_gemm_mma8``). fp8 wgmma runs at twice the fp16 rate: 2 products' time against bf16x3's 3."""
+    acc = warpgroup_mma(a_hi.index(ai), w_hi.index(wi), acc, use_acc=not FIRST, is_async=True)
+    acc8 = warpgroup_mma(a8.index(ai), w8.index(wi).permute((1, 0)), acc8, use_acc=not FIRST, is_async=True)
+    return acc, acc8
+
+
+@gluon.jit
+def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
+               mma: gl.constexpr, AM: gl.constexpr = 1, AH: gl.constexpr = 0):
+    """``_gemm_mma`` for f16f8: two fp32 accumulators, the fp16 products' and the fp8 correction products' (at
+    2^11 · s of their value), two wgmma groups a K step, the previous step's slot freed as there; returns
+    (acc + acc8 · inv, g) with ``inv`` = 1 / (2^11 s) of the layer's weight (``host._weight_parts``). The fp8 products
+    accumulate apart: the tensor core adds an fp8 product into its accumulator at reduced precision (into the fp16
+    products' one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag.md
+    "Results" 43), and what they add is ~2^-11 of the result. (An fp16 correction accumulator, as ``_gemm_mma82``'s,
+    is as precise by the probe, but here ptxas serializes the kernel's wgmma for it: C7514.) A tile ``slot * AM + AH``
+    (the cooperative consumers' 64-row half AH of a 128-row tile: AM 2)."""
+    a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
+                                                   instr_shape=[16, BN, 32])   # fp8 wgmma: k = 32
+    acc = gl.zeros([T64, BN], gl.float32, layout=mma)
+    acc8 = gl.zeros([T64, BN], gl.float32, layout=mma8)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc, acc8 = _gemm_step8(a_hi, a8, w_hi, w8, slot * AM + AH, slot * R, acc, acc8, True)
+    acc, acc8 = warpgroup_mma_wait(2, deps=(acc, acc8))
+    g += 1
+    for kk in range(1, steps):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        acc, acc8 = _gemm_step8(a_hi, a8, w_hi, w8, slot * AM + AH, slot * R, acc, acc8, False)
+        acc, acc8 = warpgroup_mma_wait(2, deps=(acc, acc8))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        g += 1
+    acc, acc8 = warpgroup_mma_wait(0, deps=(acc, acc8))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    return acc + gl.convert_layout(acc8.to(gl.float32) * inv, mma), g
+
+
+@gluon.jit
+def _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
+                mma: gl.constexpr):
+    """``_gemm_mma8`` for a 128-row tile (``_gemm_mma2``'s halves): four accumulators, each half's fp32 one and its
+    correction one in fp16 (64 + 32 registers a half: four fp32 ones would take all 256 of a thread's; the fp16
+    correction accumulator is as precise as an fp32 one, ``bench.dag.mma_accum``), four wgmma groups a K step on the
+    slot's one W pair. Returns (acc0, acc1, g)."""
+    a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
+                                                   instr_shape=[16, BN, 32])   # fp8 wgmma: k = 32
+    acc0 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    acc1 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    c0 = gl.zeros([T64, BN], gl.float16, layout=mma8)
+    c1 = gl.zeros([T64, BN], gl.float16, layout=mma8)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc0, c0 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot, slot * R, acc0, c0, True)
+    acc1, c1 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot + 1, slot * R, acc1, c1, True)
+    acc0, c0, acc1, c1 = warpgroup_mma_wait(4, deps=(acc0, c0, acc1, c1))
+    g += 1
+    for kk in range(1, steps):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        acc0, c0 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot, slot * R, acc0, c0, False)
+        acc1, c1 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot + 1, slot * R, acc1, c1, False)
+        acc0, c0, acc1, c1 = warpgroup_mma_wait(4, deps=(acc0, c0, acc1, c1))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        g += 1
+    acc0, c0, acc1, c1 = warpgroup_mma_wait(0, deps=(acc0, c0, acc1, c1))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    acc0 = acc0 + gl.convert_layout(c0.to(gl.float32) * inv, mma)
+    acc1 = acc1 + gl.convert_layout(c1.to(gl.float32) * inv, mma)
+    return acc0, acc1, g
 
 
 @gluon.jit
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
-              RN: gl.constexpr, mma: gl.constexpr):
+              RN: gl.constexpr, mma: gl.constexpr, AM: gl.constexpr = 1, AH: gl.constexpr = 0):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
     scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
@@ -637,26 +858,56 @@ def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.con
     a ``gl.zeros`` accumulator with ``use_acc=kk != 0``: with both schemes' loops in one function LLVM merges their
     exits into one ``wgmma.wait_group 0`` block, which the zero-trip edges also reach with the accumulator defined by
     the zeros' ``mov`` — and ptxas then serializes every wgmma of the kernel (C7515). The products, their order and
-    their accumulator are the same (kk = 0 ignored the zeros)."""
+    their accumulator are the same (kk = 0 ignored the zeros). A tile ``slot * AM + AH`` (``_gemm_mma8``)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2   # products (wgmma groups) per K step
     acc = gl.zeros([T64, BN], gl.float32, layout=mma)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-    acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, True, SCHEME, R)
+    acc = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, slot * AM + AH, slot * R, acc, True, SCHEME)
     acc = warpgroup_mma_wait(NP, deps=(acc, ))   # (nothing earlier in flight: the loop-carried type is a tensor)
     g += 1
     for kk in range(1, steps):
         slot = g % STAGES
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        acc = _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, False, SCHEME, R)
+        acc = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, slot * AM + AH, slot * R, acc, False, SCHEME)
         acc = warpgroup_mma_wait(NP, deps=(acc, ))
         mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
         g += 1
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     return acc, g
+
+
+@gluon.jit
+def _gemm_mma2(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
+               RN: gl.constexpr, mma: gl.constexpr):
+    """``_gemm_mma`` for a 128-row tile (block_m 128): a slot's A tiles 2 · slot (rows 0–63) and 2 · slot + 1 (rows
+    64–127) on two [64, BN] accumulators, each K step both halves' products against the slot's one W tile (read
+    from L2 once for both), then the wait for the previous step's. Returns (acc0, acc1, g)."""
+    a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
+    R: gl.constexpr = RN // BN
+    NP: gl.constexpr = 3 if SCHEME == "bf16x3" else 2
+    acc0 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    acc1 = gl.zeros([T64, BN], gl.float32, layout=mma)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    acc0 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot, slot * R, acc0, True, SCHEME)
+    acc1 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot + 1, slot * R, acc1, True, SCHEME)
+    acc0, acc1 = warpgroup_mma_wait(2 * NP, deps=(acc0, acc1))
+    g += 1
+    for kk in range(1, steps):
+        slot = g % STAGES
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        acc0 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot, slot * R, acc0, False, SCHEME)
+        acc1 = _gemm_step_at(a_hi, a_lo, w_hi, w_lo, 2 * slot + 1, slot * R, acc1, False, SCHEME)
+        acc0, acc1 = warpgroup_mma_wait(2 * NP, deps=(acc0, acc1))
+        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+        g += 1
+    acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
+    return acc0, acc1, g
 
 
 @gluon.jit
@@ -719,7 +970,8 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, RN: gl.constexpr,
                mma: gl.constexpr, mma_q: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
+               MB: gl.constexpr, HALF: gl.constexpr = -1):
     """A GEMM task: a 64 × BN tile (QKV: 64 × BN_Q; RN the ring's width, the larger). One width: ``_gemm_body`` on
     every kind. QKV narrower or wider than the others: its own body (its scheme, BN_Q, its accumulator layout
     ``mma_q``) and one for the other three kinds (the schemes they use, BN). ``ptrs``: the residual, QKV and FFN1
@@ -727,15 +979,15 @@ def _gemm_task(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     if BN_Q == BN:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "all", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI, MB, HALF)
     elif kind == 1:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, SCHEME_QKV, GELU, STAGES, BN_Q, RN, "qkv", mma_q, out,
-                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI, MB, HALF)
     else:
         g = _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                        SCHEME_O, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BN, RN, "rest", mma, out, acc_out,
-                       trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                       trace_ptr, t, TRACE, lay, NT, PACK_HI, MB, HALF)
     return g
 
 
@@ -746,13 +998,16 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
                GELU: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, EPI: gl.constexpr,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
-               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr):
-    """A GEMM task's 64 × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
+               trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
+               MB: gl.constexpr, HALF: gl.constexpr = -1):
+    """A GEMM task's (64 · MB) × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
     (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
     and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide atomics, no conversion
-    through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32). HALF >= 0: the cooperative
+    consumers' form (``dag_ws_fwd``), this consumer's 64-row half HALF of a 128-row tile (MB = 2): its A tiles, one
+    accumulator, its rows' epilogue."""
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
@@ -772,18 +1027,98 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     bias = gl.load(b_ptr + l * NB + cn, mask=cn < NB, other=0.0)
     f16 = (((kind == 1) & (SCHEME_QKV == "f16_w1")) | ((kind == 3) & (SCHEME_O == "f16_w1"))
            | ((kind == 5) & (SCHEME_FFN1 == "f16_w1")) | ((kind == 6) & (SCHEME_FFN2 == "f16_w1")))
+    ANY_F8: gl.constexpr = ((SCHEME_QKV == "f16f8") or (SCHEME_O == "f16f8") or (SCHEME_FFN1 == "f16f8")
+                            or (SCHEME_FFN2 == "f16f8"))
+    row0 = m * (MB * T64)
+    col0 = n * BN
+    # the K loop of the task's scheme, one body per scheme in use (a 128-row tile, MB = 2: two accumulators on one W
+    # tile a step, acc1 the rows 64-127)
+    inv = 1.0
+    if ANY_F8:   # f16f8: the layer's 1 / (2^11 s) of this GEMM's weight ([L, 4]: QKV, O, FFN1, FFN2)
+        inv = gl.load(f8s_ptr + l * 4 + gl.where(kind == 1, 0, gl.where(kind == 3, 1, gl.where(kind == 5, 2, 3))))
+    f8 = (((kind == 1) & (SCHEME_QKV == "f16f8")) | ((kind == 3) & (SCHEME_O == "f16f8"))
+          | ((kind == 5) & (SCHEME_FFN1 == "f16f8")) | ((kind == 6) & (SCHEME_FFN2 == "f16f8")))
+    if HALF >= 0:
+        if ANY_F8 and (ANY_F16 or ANY_BF):
+            if f8:
+                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB, HALF)
+            else:
+                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB, HALF)
+        elif ANY_F8:
+            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB, HALF)
+        else:
+            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB, HALF)
+        row0 = row0 + HALF * T64
+    elif MB == 2:
+        if ANY_F8 and (ANY_F16 or ANY_BF):
+            if f8:
+                acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+            else:
+                acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+        elif ANY_F8:
+            acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+        else:
+            acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+    else:
+        if ANY_F8 and (ANY_F16 or ANY_BF):
+            if f8:
+                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+            else:
+                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+        elif ANY_F8:
+            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+        else:
+            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+    _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
+    _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
+                   acc_out, PACK_HI)
+    if MB == 2 and HALF < 0:   # the epilogue once a 64-row half
+        _gemm_epilogue(acc1, bias, kind, l, s, row0 + T64, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma,
+                       out, acc_out, PACK_HI)
+    return g
+
+
+@gluon.jit
+def _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16: gl.constexpr, ANY_BF: gl.constexpr, STAGES: gl.constexpr,
+             BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr, AM: gl.constexpr = 1, AH: gl.constexpr = 0):
+    """The K loop (``_gemm_mma``) of a bf16x3 or f16_w1 task (``f16``: this task's is f16_w1), a body for each in use.
+    Returns (acc, g)."""
     if ANY_F16 and ANY_BF:
         if f16:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, AM, AH)
         else:
-            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+            acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, AM, AH)
     elif ANY_F16:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma, AM, AH)
     else:
-        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
-    _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
-    row0 = m * T64
-    col0 = n * BN
+        acc, g = _gemm_mma(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma, AM, AH)
+    return acc, g
+
+
+@gluon.jit
+def _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16: gl.constexpr, ANY_BF: gl.constexpr, STAGES: gl.constexpr,
+               BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr):
+    """``_mma_nf8`` for a 128-row tile (``_gemm_mma2``). Returns (acc0, acc1, g)."""
+    if ANY_F16 and ANY_BF:
+        if f16:
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+        else:
+            acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+    elif ANY_F16:
+        acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "f16_w1", STAGES, BN, RN, mma)
+    else:
+        acc, acc1, g = _gemm_mma2(ring, ready, empty, g, steps, "bf16x3", STAGES, BN, RN, mma)
+    return acc, acc1, g
+
+
+@gluon.jit
+def _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B: gl.constexpr, S: gl.constexpr, D: gl.constexpr,
+                   H: gl.constexpr, SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr,
+                   EPI: gl.constexpr, mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
+                   PACK_HI: gl.constexpr):
+    """The epilogue of a GEMM task's 64 × BN accumulator at rows row0 … (``_gemm_body``'s EPI)."""
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
+    M: gl.constexpr = B * S
     if EPI == "qkv":
         _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out, PACK_HI)
     elif EPI == "rest":
@@ -794,7 +1129,6 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     else:
         _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M, D, SCHEME_FFN2, GELU, BN, mma, out,
                                    acc_out, PACK_HI)
-    return g
 
 
 @gluon.jit
@@ -802,7 +1136,7 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
                                SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
                                out: gl.constexpr, acc_out: gl.constexpr, PACK_HI: gl.constexpr):
     """FFN1's epilogue (kind 5) or the residual one (output projection, FFN2)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr = ptrs
+    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
     if kind == 5:
         _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out,
                        PACK_HI)
@@ -814,7 +1148,7 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
-               PACK_HI: gl.constexpr):
+               PACK_HI: gl.constexpr, MB: gl.constexpr):
     """kernel.py ``_attn_task`` / ``_attn_block`` on the attention helpers (``_overlap_blocks``): the online softmax
     over the key blocks (causal: up to the query block, keys past a query masked on that diagonal block — the only one
     that has any, S being a multiple of 64), q·kᵀ = q_lo·k_hiᵀ + q_hi·k_loᵀ + q_hi·k_hiᵀ from shared memory (kᵀ a
@@ -844,7 +1178,7 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
     acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
                                qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                               PACK_HI)
+                               PACK_HI, MB)
     o = acc / l_i[:, None]
     rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
@@ -852,6 +1186,42 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
                  SCHEME_O, out, PACK_HI)
     return g + nkv
+
+
+@gluon.jit
+def _attn_task_ring(ring, ready, empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
+                    S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
+                    STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
+                    PACK_HI: gl.constexpr, MB: gl.constexpr):
+    """``_attn_task`` for the cooperative consumers, run by one of them: q from the task's first ring slot into
+    registers (wgmma's A operand; the slot freed for both consumers at once, count 2), then the key blocks from the
+    slots after it, each freed for both as well (``_overlap_blocks``' RELEASE)."""
+    a_hi, a_lo, w_hi, w_lo = ring
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
+    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    row_l: gl.constexpr = gl.SliceLayout(1, mma)
+    slot = g % STAGES
+    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+    qh = a_hi.index(slot * MB).load(dot_a)
+    ql = a_lo.index(slot * MB).load(dot_a)
+    fence_async_shared()   # these generic reads before the loader's next TMA into the slot
+    gl.thread_barrier()    # every thread's reads before the elected arrive
+    mbarrier.arrive(empty.index(slot), count=2)
+    g1 = g + 1
+    m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
+    l_i = gl.zeros([T64], gl.float32, layout=row_l)
+    acc = gl.zeros([T64, T64], gl.float32, layout=mma)
+    zero = gl.zeros([T64, T64], gl.float32, layout=mma)
+    mbarrier.wait(ready.index(g1 % STAGES), (g1 // STAGES) & 1)
+    acc, l_i = _overlap_blocks(qh, ql, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, empty.index(0), g1, nkv,
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
+                               PACK_HI, MB, True, 2)
+    o = acc / l_i[:, None]
+    rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
+    cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
+    qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
+    _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
+                 SCHEME_O, out, PACK_HI)
 
 
 @gluon.jit
@@ -890,13 +1260,9 @@ def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr
         rstd = 1.0 / gl.sqrt(var + LN_EPS)
         y = xc * rstd[:, None] * w[None, :] + bias[None, :]
         if kind == 0:
-            hi, lo = _split(y, SCHEME_QKV, PACK_HI)
-            gl.store(ln1_hi_ptr + offs, hi, mask=mask)
-            gl.store(ln1_lo_ptr + offs, lo, mask=mask)
+            _store_rows(ln1_hi_ptr, ln1_lo_ptr, offs, mask, y, SCHEME_QKV, PACK_HI)
         elif kind == 4:
-            hi, lo = _split(y, SCHEME_FFN1, PACK_HI)
-            gl.store(ln2_hi_ptr + offs, hi, mask=mask)
-            gl.store(ln2_lo_ptr + offs, lo, mask=mask)
+            _store_rows(ln2_hi_ptr, ln2_lo_ptr, offs, mask, y, SCHEME_FFN1, PACK_HI)
         else:
             gl.store(y_ptr + offs, y, mask=mask)
 
@@ -910,12 +1276,16 @@ def _consumer(smem, bufs, qk_scale,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
               PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
-              CID: gl.constexpr, PACK_HI: gl.constexpr):
-    """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``)."""
+              CID: gl.constexpr, PACK_HI: gl.constexpr, BLOCK_M: gl.constexpr, COOP: gl.constexpr = False):
+    """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``).
+    COOP: one of the two cooperative consumers (``dag_ws_fwd``): every task comes to both; a GEMM task's 64-row
+    half CID is this one's, a LayerNorm task is run by consumer (turn % 2), an attention task by consumer (its
+    attention count % 2), the other passing it by (its ring slots freed by the one that runs it); both hand every
+    task to signaller 0, whose ``done`` counts two arrivals; consumer 0 alone stamps the trace."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
      ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-     lnfw_ptr, lnfb_ptr, trace_ptr) = bufs
+     lnfw_ptr, lnfb_ptr, f8s_ptr, trace_ptr) = bufs
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -929,39 +1299,54 @@ def _consumer(smem, bufs, qk_scale,
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = _ln_layout(num_warps, LN_ROW_WARPS)
     hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
-    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr)
+    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr)
     q_hi, q_lo = q_buf
     q_mine = (q_hi.index(CID), q_lo.index(CID))     # this consumer's q buffer and its barriers
     q_ready_c = q_ready.index(CID)
     q_empty_c = q_empty.index(CID)
+    TR: gl.constexpr = TRACE and (CID == 0 or not COOP)
+    SIG: gl.constexpr = 0 if COOP else 2 * CID      # the signaller's hand-over slots
     i = 0
     na = 0
     t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, 0, hl)
     while t >= 0:
-        _stamp(trace_ptr, t, 5, TRACE, lay, NT)
+        _stamp(trace_ptr, t, 5, TR, lay, NT)
         if (kind == 0) | (kind == 4) | (kind == 7):
-            _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
-                     ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
-                     SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
+            run = (i % 2 == CID) | (not COOP)
+            if run:
+                _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
+                         ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
+                         SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
-            g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr, att_lo_ptr,
-                           qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI)
+            if COOP:
+                nkv = _n_key_blocks(c, S, CAUSAL)
+                if na % 2 == CID:
+                    _attn_task_ring(ring, ready, empty, g, nkv, a, b, c, att_hi_ptr, att_lo_ptr, qk_scale, S, D,
+                                    CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI, BLOCK_M // T64)
+                g = g + 1 + nkv
+            else:
+                g = _attn_task(ring, q_mine, ready, empty, q_ready_c, q_empty_c, g, na, l, a, b, c, att_hi_ptr,
+                               att_lo_ptr, qk_scale, B, S, D, CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI,
+                               BLOCK_M // T64)
             na += 1
         else:
             g = _gemm_task(ring, ready, empty, g, kind, l, a, b, c, gemm_ptrs, B, S, D, H, K_CHUNK_O, K_CHUNK_FFN2,
                            SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV,
-                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TRACE, lay, NT, PACK_HI)
+                           RING_N, mma_g, mma_q, out, acc_out, trace_ptr, t, TR, lay, NT, PACK_HI,
+                           BLOCK_M // T64, CID if COOP else -1)
         # the task's generic stores / atomics: proxy-fenced by the signaller (TMA reads them elsewhere; the lab's
         # FENCE_AT_SIGNAL=False fences them here), then all 128 threads'
         # before the elected arrive (memory ordering, point 1 of the module docstring)
         if not FENCE_AT_SIGNAL:
             _proxy_fence(lay, NT)
         gl.thread_barrier()
-        _stamp(trace_ptr, t, 4, TRACE, lay, NT)
-        _put(sigs, done, sig_free, 2 * CID, i, t, kind, l, a, b, c, g, sg, hl)
+        _stamp(trace_ptr, t, 4, TR, lay, NT)
+        _put(sigs, done, sig_free, SIG, i, t, kind, l, a, b, c, g, sg, hl)
         i += 1
         t, kind, l, a, b, c, g, sg = _take(tids, tid_full, tid_free, 2 * CID, i, hl)
-    _put(sigs, done, sig_free, 2 * CID, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
+    _put(sigs, done, sig_free, SIG, i, -1, 0, 0, 0, 0, 0, 0, 0, hl)
+    if COOP and CID == 1:   # signaller 1 has no tasks in this form: its end
+        _put(sigs, done, sig_free, 2, 0, -1, 0, 0, 0, 0, 0, 0, 0, hl)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1011,11 +1396,11 @@ def dag_ws_fwd(
     qkv_hi_d, qkv_lo_d,                                                           # q|k|v [L*3*B*H*S, 64]
     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
-    ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr,
+    ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, f8s_ptr,
     tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
-    BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
     K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
@@ -1028,12 +1413,19 @@ def dag_ws_fwd(
     lt: gl.constexpr = ln1_hi_d.layout
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
     #                                          as QKV's 64 × BLOCK_N_QKV: 128-byte swizzle at 64 and 128 columns)
-    a_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
-    a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, T64], lt)
+    # A: a slot's 64 × 64 tile (block_m 128: two, the tile's row halves at 2 · slot and 2 · slot + 1)
+    a_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES * (BLOCK_M // T64), T64, T64], lt)
+    a_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES * (BLOCK_M // T64), T64, T64], lt)
     w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)   # RING_N: the wider of the two
     w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)
-    q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
-    q_lo = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)
+    # the cooperative consumers (two on a 128-row tile's halves): q through the ring, no q buffers (shared memory)
+    COOP: gl.constexpr = (CONSUMERS == 2) and (BLOCK_M == 2 * T64)
+    if COOP:
+        q_hi = a_hi   # (not used)
+        q_lo = a_lo
+    else:
+        q_hi = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)   # a q buffer per consumer
+        q_lo = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, T64, T64], lt)
     bl: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
@@ -1047,16 +1439,17 @@ def dag_ws_fwd(
     il: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     tids = gl.allocate_shared_memory(gl.int32, [2 * CONSUMERS, FIELDS], il)
     sigs = gl.allocate_shared_memory(gl.int32, [2 * CONSUMERS, FIELDS], il)
+    FREES: gl.constexpr = 2 if COOP else 1   # arrivals that free a ring slot (COOP: both consumers')
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
-        mbarrier.init(empty.index(q), count=1)
+        mbarrier.init(empty.index(q), count=FREES)
     for q in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(q), count=1)
         mbarrier.init(q_empty.index(q), count=1)
     for q in gl.static_range(2 * CONSUMERS):
         mbarrier.init(tid_full.index(q), count=1)
         mbarrier.init(tid_free.index(q), count=1)
-        mbarrier.init(done.index(q), count=1)
+        mbarrier.init(done.index(q), count=FREES if q < 2 else 1)   # (COOP: signaller 0's from both consumers)
         mbarrier.init(sig_free.index(q), count=1)
     ring = (a_hi, a_lo, w_hi, w_lo)
     q_buf = (q_hi, q_lo)
@@ -1065,18 +1458,18 @@ def dag_ws_fwd(
     smem = (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free)
     bufs = (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
             ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-            lnfw_ptr, lnfb_ptr, trace_ptr)
+            lnfw_ptr, lnfb_ptr, f8s_ptr, trace_ptr)
     # (Gluon takes the partitions as a list literal of (function, arguments): one list per consumer count)
     if CONSUMERS == 1:
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, BLOCK_M)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, BLOCK_M)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
         ], [1, 1], [LOADER_REGS, SIGNAL_REGS])
@@ -1084,15 +1477,17 @@ def dag_ws_fwd(
         gl.warp_specialize([
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, BLOCK_M,
+                          COOP)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
-                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI)),
+                          TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI, BLOCK_M,
+                          COOP)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, BLOCK_M, COOP)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1123,6 +1518,8 @@ class WsUnsupported(Unsupported, ValueError):
 
 # the tile parameters the WS kernel fixes at 64 (``check_ws_params``)
 TILE_PARAMS = ("block_m", "block_k", "block_q", "block_kv")
+BLOCK_MS = (TILE, 2 * TILE)    # GEMM tile rows: 64, or 128 (one consumer: two accumulators on one W tile a K step;
+#                                two: the cooperative form, a 64-row half each)
 # the GEMM tile widths: 64 or 128; the output projection's, FFN1's and FFN2's the same (one accumulator shape),
 # QKV's its own (a second accumulator shape and K-loop body when it differs); the weight ring is the wider
 BLOCK_N_PARAMS = ("block_n_qkv", "block_n_o", "block_n_ffn1", "block_n_ffn2")
@@ -1136,19 +1533,21 @@ SHARED_OTHER = 16772
 SHARED_OTHER_2 = 16512   # a second consumer: its epilogues' layout-conversion scratch and barriers (sm_90a compile)
 
 
-def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1) -> int:
+def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1, block_m: int = TILE) -> int:
     """Shared memory of the WS kernel: ``stages`` ring slots of A hi/lo 64 × 64 and W hi/lo 64 × block_n (bf16 or
     fp16: 32 KB at block_n 64, 48 KB at 128), the q buffer (16 KB) and ``SHARED_OTHER``: what the sm_90a compile
     reports at 3 and 4 slots (164228 at block_n 64 and 4 slots, 229764 at 128 and 4 slots; 2 slots: 128 bytes
-    less)."""
-    return (stages * (2 * TILE * TILE + 2 * TILE * block_n) * 2 + consumers * 2 * TILE * TILE * 2 + SHARED_OTHER
+    less). ``block_m`` 128: a slot's A pair is 128 × 64 (64 KB a slot at block_n 128); with two consumers there (the
+    cooperative form) q goes through the ring: no q buffers."""
+    q_bufs = 0 if (consumers == 2 and block_m == 2 * TILE) else consumers * 2 * TILE * TILE * 2
+    return (stages * (2 * block_m * TILE + 2 * TILE * block_n) * 2 + q_bufs + SHARED_OTHER
             + (consumers - 1) * SHARED_OTHER_2)
 
 
-def max_ws_stages(block_n: int, consumers: int = 1) -> int:
+def max_ws_stages(block_n: int, consumers: int = 1, block_m: int = TILE) -> int:
     """The most ring slots (2-6) that fit one CTA per SM at this block_n and consumers (6 at 64 and 4 at 128 with one
     consumer; with two 5 at 64, 3 at 128)."""
-    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers) <= SHARED_LIMIT)
+    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers, block_m) <= SHARED_LIMIT)
 
 
 def _check_consumers(consumers, err) -> None:
@@ -1156,16 +1555,17 @@ def _check_consumers(consumers, err) -> None:
         raise err(f"dag: form ws: ws_consumers={consumers!r}: 1 or 2 consumer warpgroups")
 
 
-def _check_stages(stages: int, block_n: int, err, consumers: int = 1) -> None:
+def _check_stages(stages: int, block_n: int, err, consumers: int = 1, block_m: int = TILE) -> None:
     if stages not in WS_STAGES:
         raise err(f"dag: form ws: ws_stages={stages}: 2 to 6 ring slots")
-    need = ws_shared_bytes(stages, block_n, consumers)
+    need = ws_shared_bytes(stages, block_n, consumers, block_m)
     if need > SHARED_LIMIT:
         two = f" and {consumers} consumers" if consumers > 1 else ""
-        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{two}: {need} "
+        rows = f" and block_m {block_m}" if block_m != TILE else ""
+        raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{rows}{two}: {need} "
                   f"bytes of shared memory > {SHARED_LIMIT} (one CTA per SM; a ring slot is "
-                  f"{(2 * TILE * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
-                  f"{max_ws_stages(block_n, consumers)} or less")
+                  f"{(2 * block_m * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
+                  f"{max_ws_stages(block_n, consumers, block_m)} or less")
 
 
 def check_ws_params(o: dict) -> None:
@@ -1175,8 +1575,9 @@ def check_ws_params(o: dict) -> None:
     the wider width (``ws_shared_bytes`` <= ``SHARED_LIMIT``: 2-6 at 64, 2-4 at 128, where 4 slots leave 2.6 KB);
     ``queue: queue``. Pure Python: the CPU refuses a wrong configuration before it refuses the form itself."""
     for k in TILE_PARAMS:
-        if o[k] != TILE:
-            raise ParameterError(f"dag: form ws needs {k} {TILE} (got {o[k]!r}): set form: tl or {k}: {TILE}")
+        if o[k] != TILE and not (k == "block_m" and o[k] in BLOCK_MS):
+            also = " or 128" if k == "block_m" else ""
+            raise ParameterError(f"dag: form ws needs {k} {TILE}{also} (got {o[k]!r}): set form: tl or {k}: {TILE}")
     for k in BLOCK_N_PARAMS:
         if o[k] not in BLOCK_NS:
             raise ParameterError(f"dag: form ws needs {k} 64 or 128 (got {o[k]!r}): set form: tl or {k}: 64 "
@@ -1189,7 +1590,7 @@ def check_ws_params(o: dict) -> None:
                                  f"the output projection and the FFN, 64 or 128: {dict(zip(SAME_N_PARAMS, widths))}"
                                  f"; block_n_qkv may differ): set form: tl or {k}: {common}")
     _check_stages(o["ws_stages"], max(common, o["block_n_qkv"]), ParameterError,
-                  o["ws_consumers"])   # (ws_consumers: host.check_params)
+                  o["ws_consumers"], o["block_m"])   # (ws_consumers: host.check_params)
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
@@ -1199,7 +1600,11 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
     run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one of the output projection's
     and FFN's block_n below the others) or is not a multiple of 64."""
-    need = dict(BLOCK_M=TILE, BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
+    need = dict(BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
+    if meta["BLOCK_M"] not in BLOCK_MS:
+        raise WsUnsupported(f"dag: form ws: BLOCK_M={meta['BLOCK_M']} after the case's clamp (B·S = "
+                            f"{meta['B'] * meta['S']}): the WS kernel's GEMM tiles are 64 or 128 rows; set block_m: "
+                            f"{TILE} or form: tl")
     for k, v in need.items():
         if meta[k] != v:
             raise WsUnsupported(f"dag: form ws: {k}={meta[k]}: the WS kernel's tiles are {TILE} (block_m, block_k, "
@@ -1238,13 +1643,13 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
     block_n_qkv = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
     ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
-    _check_stages(stages, ring_n, WsUnsupported, consumers)
+    _check_stages(stages, ring_n, WsUnsupported, consumers, meta["BLOCK_M"])
     if not 1 <= pre <= stages:
         raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
                             "ring's slots before a wait")
     loader_regs, signal_regs, consumer_regs = REGS[consumers]
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
-                BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
+                BLOCK_M=meta["BLOCK_M"], BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
                 K_CHUNK_O=meta["K_CHUNK_O"], K_CHUNK_FFN2=meta["K_CHUNK_FFN2"],
                 SCHEME_QKV=meta["SCHEME_QKV"], SCHEME_O=meta["SCHEME_O"], SCHEME_FFN1=meta["SCHEME_FFN1"],
                 SCHEME_FFN2=meta["SCHEME_FFN2"], GELU=meta["GELU"], MAX_WAITS=meta["MAX_WAITS"],
@@ -1260,8 +1665,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 num_warps=4)
 
 
-def _smem_layout(cols: int = TILE):
-    return gl.NVMMASharedLayout.get_default_for([TILE, cols], gl.bfloat16)
+def _smem_layout(cols: int = TILE, rows: int = TILE, fp8: bool = False):
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.float8e4nv if fp8 else gl.bfloat16)
 
 
 def descriptors(tensors: dict) -> list:
@@ -1269,24 +1674,29 @@ def descriptors(tensors: dict) -> list:
     A operands as [rows, D] (FFN2's [4, M, D] as [4M, D]), the weight slabs [L, N/BN, K, BN] as [L*N/BN*K, BN]
     (BN = block_n, the slabs' last dim), q|k|v [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]; every box 64 × 64 but the
     weights' 64 × BN (one NVMMA layout, 128-byte swizzle: bf16 and fp16 alike, 64 or 128 columns)."""
+    import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    def desc(t, cols=TILE):
+    def desc(t, cols=TILE, rows=TILE):
         t2 = t.reshape(-1, t.shape[-1])
-        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [TILE, cols], _smem_layout(cols))
+        fp8 = t.dtype == torch.float8_e4m3fn
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols], _smem_layout(cols, rows, fp8))
     out = []
-    for n in A_BUFS:
-        out += [desc(tensors[f"{n}_hi_ptr"]), desc(tensors[f"{n}_lo_ptr"])]
-    for n in W_BUFS:
+    f8 = torch.float8_e4m3fn
+    for n in A_BUFS:   # (f16f8: lo [.., 2D] fp8, box 64 x 128)
+        lo = tensors[f"{n}_lo_ptr"]
+        out += [desc(tensors[f"{n}_hi_ptr"]), desc(lo, 2 * TILE) if lo.dtype == f8 else desc(lo)]
+    for n in W_BUFS:   # (f16f8: lo [L, N/BN, K/64, BN, 128] fp8 as [L*N/BN*K/64*BN, 128], box BN x 128: K-major)
         bn = tensors[f"{n}_hi_ptr"].shape[-1]
-        out += [desc(tensors[f"{n}_hi_ptr"], bn), desc(tensors[f"{n}_lo_ptr"], bn)]
+        lo = tensors[f"{n}_lo_ptr"]
+        out += [desc(tensors[f"{n}_hi_ptr"], bn), desc(lo, 2 * TILE, bn) if lo.dtype == f8 else desc(lo, bn)]
     out += [desc(tensors["qkv_hi_ptr"]), desc(tensors["qkv_lo_ptr"])]
     return out
 
 
 POINTERS = ("x_ptr", "y_ptr", "r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr",
             "att_lo_ptr", "ln2_hi_ptr", "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr", "ln1w_ptr", "ln1b_ptr", "bqkv_ptr",
-            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr")
+            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr", "f8s_ptr")
 CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr")
 SCALARS = ("n_tasks", "epoch", "spin_limit", "qk_scale")
 CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + len(POINTERS) + len(CONTROL)
@@ -1305,7 +1715,8 @@ def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
     descs = descriptors(fake)
     names = list(dag_ws_fwd.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:len(descs)], descs)}
-    tname = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+    tname = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
+             torch.float8_e4m3fn: "*fp8e4nv"}
     for n in POINTERS:
         key = n[:-4]
         sig[n] = tname[dtypes[key]] if key in dtypes else "*fp32"
