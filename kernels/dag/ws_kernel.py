@@ -1228,9 +1228,11 @@ def _attn_task_ring(ring, ready, empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr
 def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
              ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr,
              M: gl.constexpr, D: gl.constexpr, BLOCK_M_LN: gl.constexpr, BD: gl.constexpr, ROWS: gl.constexpr,
-             SCHEME_QKV: gl.constexpr, SCHEME_FFN1: gl.constexpr, lnl: gl.constexpr, PACK_HI: gl.constexpr):
+             SCHEME_QKV: gl.constexpr, SCHEME_FFN1: gl.constexpr, lnl: gl.constexpr, PACK_HI: gl.constexpr,
+             CH0: gl.constexpr = 0, CHS: gl.constexpr = 1):
     """kernel.py ``_ln_task``: LayerNorm rows i * BLOCK_M_LN …, kind 0 → split LN1 (layer 0 reads x and writes
-    r = x), kind 4 → split LN2, kind 7 → y (fp32); two-pass fp32 statistics (tl_helpers.layernorm_rows)."""
+    r = x), kind 4 → split LN2, kind 7 → y (fp32); two-pass fp32 statistics (tl_helpers.layernorm_rows). The
+    task's chunks of ROWS rows CH0, CH0 + CHS, … (the cooperative consumers: one of every two each)."""
     first = (kind == 0) & (l == 0)
     src_ptr = r_ptr
     if first:
@@ -1247,7 +1249,7 @@ def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr
     mask_d = offs_d < D
     w = gl.load(w_ptr + offs_d, mask=mask_d, other=0.0)
     bias = gl.load(b_ptr + offs_d, mask=mask_d, other=0.0)
-    for ch in range(0, BLOCK_M_LN // ROWS):
+    for ch in range(CH0, BLOCK_M_LN // ROWS, CHS):
         rows = i * BLOCK_M_LN + ch * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, lnl))
         mask = (rows < M)[:, None] & mask_d[None, :]
         offs = rows[:, None] * D + offs_d[None, :]
@@ -1312,11 +1314,16 @@ def _consumer(smem, bufs, qk_scale,
     while t >= 0:
         _stamp(trace_ptr, t, 5, TR, lay, NT)
         if (kind == 0) | (kind == 4) | (kind == 7):
-            run = (i % 2 == CID) | (not COOP)
-            if run:
+            if COOP and (BLOCK_M_LN // LN_ROWS >= 2):   # the task's row chunks shared out
                 _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
                          ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD, LN_ROWS,
-                         SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
+                         SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI, CID, 2)
+            else:   # one chunk: COOP's consumer (turn % 2) runs it
+                run = (i % 2 == CID) | (not COOP)
+                if run:
+                    _ln_task(kind, l, a, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr, ln2_lo_ptr,
+                             ln1w_ptr, ln1b_ptr, ln2w_ptr, ln2b_ptr, lnfw_ptr, lnfb_ptr, M, D, BLOCK_M_LN, BD,
+                             LN_ROWS, SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
             if COOP:
                 nkv = _n_key_blocks(c, S, CAUSAL)
