@@ -647,6 +647,43 @@ def test_ws_consumers_is_checked_naming_it():
     assert K.ws_shared_bytes(4, 64, 2) == 197124 and K.ws_shared_bytes(3, 128, 2) == 213508
 
 
+COOP = ("form=ws", "block_m=128", "ws_stages=3", "ws_consumers=2", "scheme_qkv=f16f8", "scheme_o=f16f8",
+        "scheme_ffn2=f16f8", "split_k_o=2", "split_k_ffn2=2", "block_m_ln=8", "ln_chunk=4096", "ctas_per_sm=1")
+
+
+def test_cooperative_consumers_compile_within_shared_memory():
+    """The cooperative form (block_m 128 with two consumers, docs/dag.md "Results" 44) on case 12 with f16f8 on QKV,
+    O and FFN2: 12 warps; shared memory 3 ring slots of 64 KB and no q buffers (q goes through the ring),
+    ``ws_shared_bytes(3, 128, 2, 128)`` = 229892 within one CTA per SM; the f16f8 K loops' fp16 and fp8 wgmma
+    (m64n128k16 f16, m64n128k32 e4m3) beside FFN1's f16_w1; ptxas does not serialize the wgmma."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "12", "--stages", "3"]
+    for kv in BN128 + COOP:
+        cmd += ["--param", kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    assert r["warps"] == 12, r
+    assert r["shared"] == K.ws_shared_bytes(3, 128, 2, 128) == 229892 <= K.SHARED_LIMIT, r
+    assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
+    assert r["spill_stores"] is not None and r["spill_stores"] <= 16, r
+    assert r["red_release"] >= 1 and r["ld_acquire"] >= 1, r
+
+
+def test_cooperative_consumers_are_checked_naming_the_fix():
+    """block_m 128 runs on one consumer or two (the cooperative form, no q buffers: 3 slots of 64 KB fit at block_n
+    128, 4 do not); the error names ws_stages and the number that fits."""
+    ok = lambda **kw: K.check_ws_params(host.check_params(dict(form="ws", **kw)))   # noqa: E731
+    bn = {k: int(v) for k, v in (kv.split("=") for kv in BN128)}
+    ok(block_m=128, ws_consumers=2, ws_stages=3, **bn)
+    ok(block_m=128, ws_consumers=1, ws_stages=3, **bn)
+    from kernels.validate import ParameterError
+    with pytest.raises(ParameterError, match=r"ws_stages=4 with block_n 128 and block_m 128 and 2 consumers: "
+                                             r".*set ws_stages: 3"):
+        ok(block_m=128, ws_consumers=2, ws_stages=4, **bn)
+    assert K.max_ws_stages(128, 2, 128) == 3 and K.ws_shared_bytes(2, 128, 2, 128) == 164356
+
+
 def test_consumer_profile_splits_busy_from_waiting():
     """``bench.dag.ws_dag.consumer_profile`` on a hand-made trace (ns): program 0 runs task 0 from 0 to 100, task 1's
     dependencies are met at 150 (the consumer waits 50), it is done at 250; program 1 runs task 2 (ready at 10, done

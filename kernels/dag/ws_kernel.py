@@ -1000,8 +1000,8 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
                trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
                MB: gl.constexpr, HALF: gl.constexpr = -1):
-    """A GEMM task's (64 · MB) × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's epilogue
-    (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
+    """A GEMM task's (64 · MB) × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's
+    epilogue (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
     wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
     and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide atomics, no conversion
     through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32). HALF >= 0: the cooperative
