@@ -502,23 +502,18 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
 @gluon.jit
 def _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, b, h, qb,
                      B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                     BN: gl.constexpr, MB: gl.constexpr, BQ: gl.constexpr = 64):
-    """``_attn_loads`` for the cooperative consumers (no q buffers): the query block's q hi/lo (BQ rows: 64, or 128
-    as two 64-row halves) into the first A tiles of the task's first ring slot, then each key block's k and v into
-    one slot as there. Returns g + 1 + the key blocks."""
+                     BN: gl.constexpr, MB: gl.constexpr):
+    """``_attn_loads`` for the cooperative consumers (no q buffers): q hi/lo into the first A tile of the task's first
+    ring slot, then each key block's k and v into one slot as there. Returns g + 1 + the key blocks."""
     a_hi, a_lo, w_hi, w_lo = ring
     BHS: gl.constexpr = B * H * S
-    QH: gl.constexpr = BQ // T64
     qrow = l * (3 * BHS) + (b * H + h) * S
-    slot = _claim(ready, empty, g, QH * 2 * T64 * T64 * 2, STAGES)
-    for hh in gl.static_range(QH):
-        tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * BQ + hh * T64, 0], ready.index(slot),
-                                        a_hi.index(slot * MB + hh))
-        tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * BQ + hh * T64, 0], ready.index(slot),
-                                        a_lo.index(slot * MB + hh))
+    slot = _claim(ready, empty, g, 2 * T64 * T64 * 2, STAGES)
+    tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], ready.index(slot), a_hi.index(slot * MB))
+    tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * T64, 0], ready.index(slot), a_lo.index(slot * MB))
     VS: gl.constexpr = BN // T64
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
-    nkv = _n_key_blocks(qb, S, CAUSAL, BQ)
+    nkv = _n_key_blocks(qb, S, CAUSAL)
     krow = qrow + BHS
     vrow = qrow + 2 * BHS
     for j in range(nkv):
@@ -531,11 +526,10 @@ def _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, b, h, qb,
 
 
 @gluon.jit
-def _n_key_blocks(qb, S: gl.constexpr, CAUSAL: gl.constexpr, BQ: gl.constexpr = 64):
-    """64-row key blocks of the attention of query block qb (BQ rows): up to the query block's end (causal), else
-    all."""
+def _n_key_blocks(qb, S: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key blocks of query block qb's attention: up to the query block (causal), else all."""
     if CAUSAL:
-        kv_end = gl.minimum((qb + 1) * BQ, S)
+        kv_end = gl.minimum((qb + 1) * T64, S)
     else:
         kv_end = qb * 0 + S
     return (kv_end + T64 - 1) // T64
@@ -581,7 +575,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
             GOALS_IN_ROW: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
             RING_N: gl.constexpr, TRACE: gl.constexpr, CONSUMERS: gl.constexpr, PACKED_HANDOFF: gl.constexpr,
-            PRE_W: gl.constexpr, BLOCK_M: gl.constexpr, COOP: gl.constexpr = False, BLOCK_Q: gl.constexpr = 64):
+            PRE_W: gl.constexpr, BLOCK_M: gl.constexpr, COOP: gl.constexpr = False):
     (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
      wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d) = descs
     M: gl.constexpr = B * S
@@ -654,7 +648,7 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
         elif kind == 2:
             if COOP:
                 g = _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, a, b, c, B, S, H, CAUSAL, STAGES,
-                                     RING_N, MB, BLOCK_Q)
+                                     RING_N, MB)
             else:
                 na = na0 + (na1 - na0) * cid
                 g = _attn_loads(qkv_hi_d, qkv_lo_d, ring, (q_hi.index(cid), q_lo.index(cid)), ready, empty,
@@ -1007,8 +1001,8 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
                MB: gl.constexpr, HALF: gl.constexpr = -1):
     """A GEMM task's (64 · MB) × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's
-    epilogue (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN]
-    accumulator's wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
+    epilogue (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
+    wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
     and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide atomics, no conversion
     through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32). HALF >= 0: the cooperative
     consumers' form (``dag_ws_fwd``), this consumer's 64-row half HALF of a 128-row tile (MB = 2): its A tiles, one
@@ -1198,48 +1192,34 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
 def _attn_task_ring(ring, ready, empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                     S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                     STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
-                    PACK_HI: gl.constexpr, MB: gl.constexpr, HALF: gl.constexpr = -1):
-    """``_attn_task`` for the cooperative consumers: q from the task's first ring slot into registers (wgmma's A
-    operand), then the ``nkv`` key blocks from the slots after it. HALF < 0: a 64-query task run by one consumer,
-    which frees each slot for both (count 2, ``_overlap_blocks``' RELEASE). HALF 0 / 1: this consumer's 64-row half
-    of a 128-query task, both on the same k / v slots, each freeing them once; causal, the first half's keys end a
-    block sooner, and it frees the last slot without reading it."""
+                    PACK_HI: gl.constexpr, MB: gl.constexpr):
+    """``_attn_task`` for the cooperative consumers, run by one of them: q from the task's first ring slot into
+    registers (wgmma's A operand; the slot freed for both consumers at once, count 2), then the key blocks from the
+    slots after it, each freed for both as well (``_overlap_blocks``' RELEASE)."""
     a_hi, a_lo, w_hi, w_lo = ring
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
-    REL: gl.constexpr = 2 if HALF < 0 else 1
-    QI: gl.constexpr = 0 if HALF < 0 else HALF
-    q64 = qb                      # the 64-row query block this consumer computes
-    nkv_h = nkv                   # and its key blocks
-    if HALF >= 0:
-        q64 = 2 * qb + HALF
-        if CAUSAL:
-            nkv_h = gl.minimum(nkv, q64 + 1)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-    qh = a_hi.index(slot * MB + QI).load(dot_a)
-    ql = a_lo.index(slot * MB + QI).load(dot_a)
+    qh = a_hi.index(slot * MB).load(dot_a)
+    ql = a_lo.index(slot * MB).load(dot_a)
     fence_async_shared()   # these generic reads before the loader's next TMA into the slot
     gl.thread_barrier()    # every thread's reads before the elected arrive
-    mbarrier.arrive(empty.index(slot), count=REL)
+    mbarrier.arrive(empty.index(slot), count=2)
     g1 = g + 1
     m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
     l_i = gl.zeros([T64], gl.float32, layout=row_l)
     acc = gl.zeros([T64, T64], gl.float32, layout=mma)
     zero = gl.zeros([T64, T64], gl.float32, layout=mma)
     mbarrier.wait(ready.index(g1 % STAGES), (g1 // STAGES) & 1)
-    acc, l_i = _overlap_blocks(qh, ql, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, empty.index(0), g1, nkv_h,
+    acc, l_i = _overlap_blocks(qh, ql, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, empty.index(0), g1, nkv,
                                qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                               PACK_HI, MB, True, REL)
-    for j in range(nkv_h, nkv):   # (causal, first half: the other half's diagonal block)
-        gj = g1 + j
-        mbarrier.wait(ready.index(gj % STAGES), (gj // STAGES) & 1)
-        mbarrier.arrive(empty.index(gj % STAGES), count=REL)
+                               PACK_HI, MB, True, 2)
     o = acc / l_i[:, None]
-    rows = b * S + q64 * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
+    rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
     cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
-    qm = (q64 * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
+    qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
     _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
                  SCHEME_O, out, PACK_HI)
 
@@ -1298,13 +1278,11 @@ def _consumer(smem, bufs, qk_scale,
               GELU: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_N_QKV: gl.constexpr,
               RING_N: gl.constexpr, TRACE: gl.constexpr, FENCE_AT_SIGNAL: gl.constexpr,
               PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, num_warps: gl.constexpr,
-              CID: gl.constexpr, PACK_HI: gl.constexpr, BLOCK_M: gl.constexpr, COOP: gl.constexpr = False,
-              BLOCK_Q: gl.constexpr = 64):
+              CID: gl.constexpr, PACK_HI: gl.constexpr, BLOCK_M: gl.constexpr, COOP: gl.constexpr = False):
     """Consumer CID: ``smem`` the kernel's shared-memory handles, ``bufs`` its buffer pointers (``dag_ws_fwd``).
     COOP: one of the two cooperative consumers (``dag_ws_fwd``): every task comes to both; a GEMM task's 64-row
-    half CID is this one's, a LayerNorm task's row chunks are shared (one chunk: run by consumer turn % 2), a
-    128-query attention task's 64-row halves are one each, a 64-query one is run by consumer (its attention count %
-    2), the other passing it by (its ring slots freed by the one that runs it); both hand every
+    half CID is this one's, a LayerNorm task is run by consumer (turn % 2), an attention task by consumer (its
+    attention count % 2), the other passing it by (its ring slots freed by the one that runs it); both hand every
     task to signaller 0, whose ``done`` counts two arrivals; consumer 0 alone stamps the trace."""
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
@@ -1348,11 +1326,8 @@ def _consumer(smem, bufs, qk_scale,
                              LN_ROWS, SCHEME_QKV, SCHEME_FFN1, lnl, PACK_HI)
         elif kind == 2:
             if COOP:
-                nkv = _n_key_blocks(c, S, CAUSAL, BLOCK_Q)
-                if BLOCK_Q == 2 * T64:   # a 128-query task: this consumer's 64-row half
-                    _attn_task_ring(ring, ready, empty, g, nkv, a, b, c, att_hi_ptr, att_lo_ptr, qk_scale, S, D,
-                                    CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI, BLOCK_M // T64, CID)
-                elif na % 2 == CID:      # a 64-query task: run by one consumer in turn
+                nkv = _n_key_blocks(c, S, CAUSAL)
+                if na % 2 == CID:
                     _attn_task_ring(ring, ready, empty, g, nkv, a, b, c, att_hi_ptr, att_lo_ptr, qk_scale, S, D,
                                     CAUSAL, SCHEME_O, STAGES, RING_N, mma, out, PACK_HI, BLOCK_M // T64)
                 g = g + 1 + nkv
@@ -1432,7 +1407,7 @@ def dag_ws_fwd(
     tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
-    BLOCK_M: gl.constexpr, BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_M_LN: gl.constexpr, LN_ROWS: gl.constexpr, BD: gl.constexpr,
     K_CHUNK_O: gl.constexpr, K_CHUNK_FFN2: gl.constexpr,
     SCHEME_QKV: gl.constexpr, SCHEME_O: gl.constexpr, SCHEME_FFN1: gl.constexpr, SCHEME_FFN2: gl.constexpr,
     GELU: gl.constexpr, MAX_WAITS: gl.constexpr, MAX_SIGNALS: gl.constexpr, TASK_WIDTH: gl.constexpr,
@@ -1510,16 +1485,16 @@ def dag_ws_fwd(
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
                           TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 0, PACK_HI, BLOCK_M,
-                          COOP, BLOCK_Q)),
+                          COOP)),
             (_consumer, (smem, bufs, qk_scale, B, S, D, H, CAUSAL, BLOCK_M_LN, LN_ROWS, BD, K_CHUNK_O, K_CHUNK_FFN2,
                           SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, GELU, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N,
                           TRACE, FENCE_AT_SIGNAL, PACKED_HANDOFF, LN_ROW_WARPS, num_warps, 1, PACK_HI, BLOCK_M,
-                          COOP, BLOCK_Q)),
+                          COOP)),
             (_loader, (descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, tab_ptr, ctr_ptr,
                        goal_ptr, head_ptr, err_ptr, trace_ptr, n_tasks, epoch, spin_limit, B, S, D, H, CAUSAL,
                        K_CHUNK_O, K_CHUNK_FFN2, SCHEME_QKV, SCHEME_O, SCHEME_FFN1, SCHEME_FFN2, MAX_WAITS,
                        MAX_SIGNALS, TASK_WIDTH, GOALS_IN_ROW, STAGES, BLOCK_N, BLOCK_N_QKV, RING_N, TRACE,
-                       CONSUMERS, PACKED_HANDOFF, PRE_W, BLOCK_M, COOP, BLOCK_Q)),
+                       CONSUMERS, PACKED_HANDOFF, PRE_W, BLOCK_M, COOP)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
                            FENCE_AT_SIGNAL, PACKED_HANDOFF, 0)),
             (_signaller, (sigs, done, sig_free, tab_ptr, ctr_ptr, trace_ptr, MAX_WAITS, MAX_SIGNALS, TASK_WIDTH, TRACE,
@@ -1606,12 +1581,9 @@ def check_ws_params(o: dict) -> None:
     block_n_o, block_n_ffn1, block_n_ffn2 the same (block_n_qkv may differ); ``ws_stages`` that fit shared memory at
     the wider width (``ws_shared_bytes`` <= ``SHARED_LIMIT``: 2-6 at 64, 2-4 at 128, where 4 slots leave 2.6 KB);
     ``queue: queue``. Pure Python: the CPU refuses a wrong configuration before it refuses the form itself."""
-    coop = o["block_m"] == 2 * TILE and o["ws_consumers"] == 2
     for k in TILE_PARAMS:
-        if o[k] != TILE and not (k == "block_m" and o[k] in BLOCK_MS) and not (k == "block_q" and coop
-                                                                                and o[k] == 2 * TILE):
-            also = " or 128" if k == "block_m" else (" (128 with block_m 128 and ws_consumers 2)" if k == "block_q"
-                                                     else "")
+        if o[k] != TILE and not (k == "block_m" and o[k] in BLOCK_MS):
+            also = " or 128" if k == "block_m" else ""
             raise ParameterError(f"dag: form ws needs {k} {TILE}{also} (got {o[k]!r}): set form: tl or {k}: {TILE}")
     for k in BLOCK_N_PARAMS:
         if o[k] not in BLOCK_NS:
@@ -1635,7 +1607,7 @@ def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
     run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one of the output projection's
     and FFN's block_n below the others) or is not a multiple of 64."""
-    need = dict(BLOCK_K=TILE, BLOCK_KV=TILE, DH=TILE)   # (BLOCK_Q: 64, or 128 with the cooperative consumers: ws_meta)
+    need = dict(BLOCK_K=TILE, BLOCK_Q=TILE, BLOCK_KV=TILE, DH=TILE)
     if meta["BLOCK_M"] not in BLOCK_MS:
         raise WsUnsupported(f"dag: form ws: BLOCK_M={meta['BLOCK_M']} after the case's clamp (B·S = "
                             f"{meta['B'] * meta['S']}): the WS kernel's GEMM tiles are 64 or 128 rows; set block_m: "
@@ -1682,14 +1654,10 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
     if not 1 <= pre <= stages:
         raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
                             "ring's slots before a wait")
-    coop = consumers == 2 and meta["BLOCK_M"] == 2 * TILE
-    if meta["BLOCK_Q"] != TILE and not (coop and meta["BLOCK_Q"] == 2 * TILE):
-        raise WsUnsupported(f"dag: form ws: BLOCK_Q={meta['BLOCK_Q']}: 64, or 128 with the cooperative consumers "
-                            f"(block_m 128, ws_consumers 2; S={meta['S']}); set block_q: {TILE}")
     loader_regs, signal_regs, consumer_regs = REGS[consumers]
     return dict(B=meta["B"], S=meta["S"], D=meta["D"], H=meta["H"], CAUSAL=bool(meta["CAUSAL"]),
                 BLOCK_M=meta["BLOCK_M"], BLOCK_M_LN=meta["BLOCK_M_LN"], LN_ROWS=meta["LN_ROWS"], BD=meta["BD"],
-                BLOCK_Q=meta["BLOCK_Q"], K_CHUNK_O=meta["K_CHUNK_O"], K_CHUNK_FFN2=meta["K_CHUNK_FFN2"],
+                K_CHUNK_O=meta["K_CHUNK_O"], K_CHUNK_FFN2=meta["K_CHUNK_FFN2"],
                 SCHEME_QKV=meta["SCHEME_QKV"], SCHEME_O=meta["SCHEME_O"], SCHEME_FFN1=meta["SCHEME_FFN1"],
                 SCHEME_FFN2=meta["SCHEME_FFN2"], GELU=meta["GELU"], MAX_WAITS=meta["MAX_WAITS"],
                 MAX_SIGNALS=meta["MAX_SIGNALS"], TASK_WIDTH=meta["TASK_WIDTH"],
