@@ -853,3 +853,32 @@ def test_time_split_of_a_trace():
     assert per["GEMM K loops"] == 5 + 8 and per["GEMM epilogues"] == 2 + 2 and per["LayerNorm"] == 2
     assert per["dependencies not met"] == 1 and per["between tasks"] == (1 + 1) + 2
     assert r["k_step"]["qkv"]["step_us"] == 1.0 and r["k_step"]["ffn2"]["step_us"] == 2.0
+
+
+def test_f16f8_weight_parts_hold_the_weight_k_major():
+    """``host._weight_parts`` for f16f8 (form ws, docs/dag.md "Results" 42-44): hi the fp16 rounding; per 64-deep K
+    step a K-major [bn, 128] fp8 tile, columns 0-63 fp8(hi · s) and 64-127 fp8((w − hi) · 2^11 · s), s per layer a
+    power of two with max |w| · s <= 224; ``inv`` = 1 / (2^11 s). Rebuilt from the parts, the weight is back to within
+    e4m3's rounding of the 2^-11-sized rest; the hi copy within e4m3's rounding of hi."""
+    import torch
+    from kernels.dag import host
+    g = torch.Generator().manual_seed(0)
+    L, nb, K, bn = 2, 3, 128, 64
+    w = torch.randn(L, nb, K, bn, generator=g) * torch.tensor([0.02, 0.5])[:, None, None, None]
+    hi, lo, inv = host._weight_parts(w, "f16f8", True)
+    assert hi.dtype == torch.float16 and lo.dtype == torch.float8_e4m3fn and lo.shape == (L, nb, K // 64, bn, 128)
+    s = 1.0 / (inv * host.F8_A_SCALE)
+    assert torch.all(torch.log2(s) == torch.round(torch.log2(s)))                       # powers of two
+    assert torch.all(w.abs().reshape(L, -1).amax(1) * s <= 224) and torch.all(w.abs().reshape(L, -1).amax(1) * s > 112)
+    parts = lo.float().reshape(L, nb, K // 64, bn, 2, 64)                              # [.., n, part, k]
+    hi8 = parts[..., 0, :].permute(0, 1, 2, 4, 3).reshape(L, nb, K, bn)                  # back to [L, nb, K, bn]
+    rest8 = parts[..., 1, :].permute(0, 1, 2, 4, 3).reshape(L, nb, K, bn)
+    sc = s[:, None, None, None]
+    rebuilt = hi.float() + rest8 / (host.F8_A_SCALE * sc)
+    rest = (w - hi.float()).abs()
+    # e4m3 rounds to nearest with 3 mantissa bits (half an ulp: 1/16 of the value) down to 2^-6, then in steps of
+    # 2^-9 (subnormals: half a step 2^-10), in the scaled domain; plus fp32's rounding of the sum
+    sub = 2.0 ** -10 / (host.F8_A_SCALE * sc)
+    assert torch.all((rebuilt - w).abs() <= rest / 16 + sub + w.abs() * 2.0 ** -23)
+    assert torch.all((hi8 / sc - hi.float()).abs() <= hi.float().abs() / 16 + 2.0 ** -10 / sc)
+    assert (rebuilt - w).abs().max() < (w - hi.float()).abs().max() / 8            # the parts add precision

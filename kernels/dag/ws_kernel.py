@@ -91,6 +91,11 @@ With two consumers the same holds: a consumer waits only on ring slots and a q b
 before it moved on (task T's loads all precede T + 1's claims), frees them without waiting on the other consumer,
 and the loader's claim of step g waits for the free of step g − STAGES, a step of a task handed over already; the
 loader's hand-over to consumer c waits only for c to take its previous task, which c finishes on its own.
+The cooperative consumers (block_m 128 with two consumers, docs/dag.md "Results" 44) take every task in the same
+order and each frees every ring slot it passes (a slot's ``empty`` counts two arrivals; a slot of a task only one of
+them runs is freed by that one with count 2), so a slot is freed once both have passed it, and each waits only on
+slots of tasks handed to both already and, at the hand-over to signaller 0 (its ``done`` counting both), on the
+other's arrival for a task two back, which the other reached first or reaches without waiting on this one.
 
 Tiles: GEMM tiles of 64 rows × ``BLOCK_N`` columns, BLOCK_N = block_n 64 (the default) or 128 (case 12's tuned
 tiling), one width for the output projection and the FFN, QKV's ``BLOCK_N_QKV`` 64 or 128 of its own (case 2's
