@@ -682,6 +682,11 @@ def test_cooperative_consumers_are_checked_naming_the_fix():
                                              r".*set ws_stages: 3"):
         ok(block_m=128, ws_consumers=2, ws_stages=4, **bn)
     assert K.max_ws_stages(128, 2, 128) == 3 and K.ws_shared_bytes(2, 128, 2, 128) == 164356
+    # f16f8 on 128-row tiles: four accumulators a tile, so two consumers
+    ok(block_m=128, ws_consumers=2, ws_stages=3, scheme_qkv="f16f8", **bn)
+    with pytest.raises(ParameterError, match=r"scheme_o=f16f8 with block_m 128 needs two consumers.*"
+                                             r"set ws_consumers: 2"):
+        ok(block_m=128, ws_consumers=1, ws_stages=3, scheme_o="f16f8", **bn)
 
 
 def test_consumer_profile_splits_busy_from_waiting():

@@ -790,9 +790,9 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
     (acc + acc8 · inv, g) with ``inv`` = 1 / (2^11 s) of the layer's weight (``host._weight_parts``). The fp8 products
     accumulate apart: the tensor core adds an fp8 product into its accumulator at reduced precision (into the fp16
     products' one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag.md
-    "Results" 43), and what they add is ~2^-11 of the result. (An fp16 correction accumulator, as ``_gemm_mma82``'s,
-    is as precise by the probe, but here ptxas serializes the kernel's wgmma for it: C7514.) A tile ``slot * AM + AH``
-    (the cooperative consumers' 64-row half AH of a 128-row tile: AM 2)."""
+    "Results" 43), and what they add is ~2^-11 of the result. (An fp16 correction accumulator is as precise by the
+    probe, but Triton unpacks it after each wgmma and ptxas then serializes every wgmma of the kernel.) A tile
+    ``slot * AM + AH`` (the cooperative consumers' 64-row half AH of a 128-row tile: AM 2)."""
     a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
     R: gl.constexpr = RN // BN
     mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
@@ -814,42 +814,6 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
     acc, acc8 = warpgroup_mma_wait(0, deps=(acc, acc8))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     return acc + gl.convert_layout(acc8.to(gl.float32) * inv, mma), g
-
-
-@gluon.jit
-def _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
-                mma: gl.constexpr):
-    """``_gemm_mma8`` for a 128-row tile (``_gemm_mma2``'s halves): four accumulators, each half's fp32 one and its
-    correction one in fp16 (64 + 32 registers a half: four fp32 ones would take all 256 of a thread's; the fp16
-    correction accumulator is as precise as an fp32 one, ``bench.dag.mma_accum``), four wgmma groups a K step on the
-    slot's one W pair. Returns (acc0, acc1, g)."""
-    a_hi, a8, w_hi, w8 = _ring_views(ring, "f16f8", STAGES, RN, BN)
-    R: gl.constexpr = RN // BN
-    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
-                                                   instr_shape=[16, BN, 32])   # fp8 wgmma: k = 32
-    acc0 = gl.zeros([T64, BN], gl.float32, layout=mma)
-    acc1 = gl.zeros([T64, BN], gl.float32, layout=mma)
-    c0 = gl.zeros([T64, BN], gl.float16, layout=mma8)
-    c1 = gl.zeros([T64, BN], gl.float16, layout=mma8)
-    slot = g % STAGES
-    mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-    acc0, c0 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot, slot * R, acc0, c0, True)
-    acc1, c1 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot + 1, slot * R, acc1, c1, True)
-    acc0, c0, acc1, c1 = warpgroup_mma_wait(4, deps=(acc0, c0, acc1, c1))
-    g += 1
-    for kk in range(1, steps):
-        slot = g % STAGES
-        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        acc0, c0 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot, slot * R, acc0, c0, False)
-        acc1, c1 = _gemm_step8(a_hi, a8, w_hi, w8, 2 * slot + 1, slot * R, acc1, c1, False)
-        acc0, c0, acc1, c1 = warpgroup_mma_wait(4, deps=(acc0, c0, acc1, c1))
-        mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
-        g += 1
-    acc0, c0, acc1, c1 = warpgroup_mma_wait(0, deps=(acc0, c0, acc1, c1))
-    mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
-    acc0 = acc0 + gl.convert_layout(c0.to(gl.float32) * inv, mma)
-    acc1 = acc1 + gl.convert_layout(c1.to(gl.float32) * inv, mma)
-    return acc0, acc1, g
 
 
 @gluon.jit
@@ -1006,12 +970,12 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
                trace_ptr, t, TRACE: gl.constexpr, lay: gl.constexpr, NT: gl.constexpr, PACK_HI: gl.constexpr,
                MB: gl.constexpr, HALF: gl.constexpr = -1):
     """A GEMM task's (64 · MB) × BN tile: the K loop of its scheme (one body per scheme in use), then its kind's
-    epilogue (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN] accumulator's
-    wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out`` (16-byte split stores)
-    and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide atomics, no conversion
-    through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32). HALF >= 0: the cooperative
-    consumers' form (``dag_ws_fwd``), this consumer's 64-row half HALF of a 128-row tile (MB = 2): its A tiles, one
-    accumulator, its rows' epilogue."""
+    epilogue (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN]
+    accumulator's wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out``
+    (16-byte split stores) and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide
+    atomics, no conversion through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32).
+    HALF >= 0: the cooperative consumers' form (``dag_ws_fwd``), this consumer's 64-row half HALF of a 128-row tile
+    (MB = 2): its A tiles, one accumulator, its rows' epilogue."""
     r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
@@ -1054,16 +1018,8 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
         else:
             acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB, HALF)
         row0 = row0 + HALF * T64
-    elif MB == 2:
-        if ANY_F8 and (ANY_F16 or ANY_BF):
-            if f8:
-                acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
-            else:
-                acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
-        elif ANY_F8:
-            acc, acc1, g = _gemm_mma82(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
-        else:
-            acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+    elif MB == 2:   # one consumer on a 128-row tile (no f16f8: its four accumulators need the cooperative form)
+        acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
     else:
         if ANY_F8 and (ANY_F16 or ANY_BF):
             if f8:
@@ -1590,6 +1546,11 @@ def check_ws_params(o: dict) -> None:
         if o[k] != TILE and not (k == "block_m" and o[k] in BLOCK_MS):
             also = " or 128" if k == "block_m" else ""
             raise ParameterError(f"dag: form ws needs {k} {TILE}{also} (got {o[k]!r}): set form: tl or {k}: {TILE}")
+    f8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == "f16f8"]
+    if f8 and o["block_m"] == 2 * TILE and o["ws_consumers"] == 1:
+        raise ParameterError(f"dag: form ws: {f8[0]}=f16f8 with block_m 128 needs two consumers (four accumulators a "
+                             "128-row tile; one warpgroup holding them serializes its wgmma, docs/dag.md \"Results\" "
+                             f"43): set ws_consumers: 2 or {f8[0]}: bf16x3")
     for k in BLOCK_N_PARAMS:
         if o[k] not in BLOCK_NS:
             raise ParameterError(f"dag: form ws needs {k} 64 or 128 (got {o[k]!r}): set form: tl or {k}: 64 "
