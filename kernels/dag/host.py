@@ -85,6 +85,10 @@ def check_params(params: dict) -> dict:
     if f8 and o["form"] != "ws":
         raise ParameterError(f"dag: {f8[0]}=f16f8 runs on form ws only (fp8 wgmma with K-major weight parts, "
                              f"ws_kernel.py): set form: ws or {f8[0]}: bf16x3")
+    if f8 and o["block_m"] == 128 and o["ws_consumers"] == 1:
+        raise ParameterError(f"dag: form ws: {f8[0]}=f16f8 with block_m 128 needs two consumers (four accumulators a "
+                             "128-row tile; one warpgroup holding them serializes its wgmma, docs/dag.md \"Results\" "
+                             f"43): set ws_consumers: 2 or {f8[0]}: bf16x3")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o

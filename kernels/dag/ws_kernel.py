@@ -136,12 +136,13 @@ from ..cases import variant_params
 from ..common import task_sync
 from ..common.tl_helpers import GELU_Q0, GELU_Q1, GELU_Q2, GELU_Q3, GELU_Q4, GELU_Q5  # log2 Phi(-u): the one fit
 from ..registry import Unsupported
+from .host import F8_A_SCALE as host_f8_a_scale
 from .kernel import TRACE_COLS   # the trace's row width, one for both forms
 from ..validate import ParameterError
 
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
 T64 = gl.constexpr(TILE)
-F8_A_SCALE = gl.constexpr(2048.0)   # f16f8: A's lo part stored as fp8(lo * 2^11) (host.F8_A_SCALE)
+F8_A_SCALE = gl.constexpr(host_f8_a_scale)   # f16f8: A's lo part stored as fp8(lo * 2^11) (host.F8_A_SCALE)
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
 FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
@@ -476,23 +477,48 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
                 B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                 BN: gl.constexpr, MB: gl.constexpr):
     """Attention task (layer l, batch b, head h, query block qb): q hi/lo into the q buffer (once the consumer is
-    done with the previous attention task's), then k hi/lo and v hi/lo of each key block into one ring slot (v in
-    the first 64 × 64 tile of the slot's W part: ``_w_views``; k in the first of the slot's MB A tiles)."""
-    a_hi, a_lo, w_hi, w_lo = ring
-    VS: gl.constexpr = BN // T64
-    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
+    done with the previous attention task's), then the key blocks (``_kv_loads``). Returns g + the key blocks."""
     q_hi, q_lo = q_buf
-    BHS: gl.constexpr = B * H * S
-    qrow = l * (3 * BHS) + (b * H + h) * S          # [L, 3, B, H, S, 64] as [L*3*B*H*S, 64]: q of (b, h)
+    qrow = _q_row(l, b, h, B, S, H)
     mbarrier.wait(q_empty, (na & 1) ^ 1)
     mbarrier.expect(q_ready, 2 * T64 * T64 * 2)
     tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], q_ready, q_hi)
     tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * T64, 0], q_ready, q_lo)
-    if CAUSAL:
-        kv_end = gl.minimum((qb + 1) * T64, S)
-    else:
-        kv_end = qb * 0 + S
-    nkv = (kv_end + T64 - 1) // T64
+    return _kv_loads(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, qrow, _n_key_blocks(qb, S, CAUSAL), B, S, H, STAGES,
+                     BN, MB)
+
+
+@gluon.jit
+def _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, b, h, qb,
+                     B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                     BN: gl.constexpr, MB: gl.constexpr):
+    """``_attn_loads`` for the cooperative consumers (no q buffers): q hi/lo into the first A tile of the task's first
+    ring slot, then the key blocks in the slots after it. Returns g + 1 + the key blocks."""
+    a_hi, a_lo, w_hi, w_lo = ring
+    qrow = _q_row(l, b, h, B, S, H)
+    slot = _claim(ready, empty, g, 2 * T64 * T64 * 2, STAGES)
+    tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], ready.index(slot), a_hi.index(slot * MB))
+    tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * T64, 0], ready.index(slot), a_lo.index(slot * MB))
+    return _kv_loads(qkv_hi_d, qkv_lo_d, ring, ready, empty, g + 1, qrow, _n_key_blocks(qb, S, CAUSAL), B, S, H,
+                     STAGES, BN, MB)
+
+
+@gluon.jit
+def _q_row(l, b, h, B: gl.constexpr, S: gl.constexpr, H: gl.constexpr):
+    """The first row of (b, h)'s q in q|k|v [L, 3, B, H, S, 64] viewed as [L*3*B*H*S, 64] (k and v B·H·S further)."""
+    return l * (3 * B * H * S) + (b * H + h) * S
+
+
+@gluon.jit
+def _kv_loads(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, qrow, nkv, B: gl.constexpr, S: gl.constexpr,
+              H: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, MB: gl.constexpr):
+    """k hi/lo and v hi/lo of key blocks 0 … nkv − 1 of the attention whose q starts at ``qrow``, one ring slot each
+    from step g (v in the first 64 × 64 tile of the slot's W part: ``_w_views``; k in the first of the slot's MB A
+    tiles). Returns g + nkv."""
+    a_hi, a_lo, w_hi, w_lo = ring
+    VS: gl.constexpr = BN // T64
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
+    BHS: gl.constexpr = B * H * S
     krow = qrow + BHS
     vrow = qrow + 2 * BHS
     for j in range(nkv):
@@ -502,32 +528,6 @@ def _attn_loads(qkv_hi_d, qkv_lo_d, ring, q_buf, ready, empty, q_ready, q_empty,
         tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot * VS))
         tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot * VS))
     return g + nkv
-
-
-@gluon.jit
-def _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, b, h, qb,
-                     B: gl.constexpr, S: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                     BN: gl.constexpr, MB: gl.constexpr):
-    """``_attn_loads`` for the cooperative consumers (no q buffers): q hi/lo into the first A tile of the task's first
-    ring slot, then each key block's k and v into one slot as there. Returns g + 1 + the key blocks."""
-    a_hi, a_lo, w_hi, w_lo = ring
-    BHS: gl.constexpr = B * H * S
-    qrow = l * (3 * BHS) + (b * H + h) * S
-    slot = _claim(ready, empty, g, 2 * T64 * T64 * 2, STAGES)
-    tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], ready.index(slot), a_hi.index(slot * MB))
-    tma.async_copy_global_to_shared(qkv_lo_d, [qrow + qb * T64, 0], ready.index(slot), a_lo.index(slot * MB))
-    VS: gl.constexpr = BN // T64
-    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
-    nkv = _n_key_blocks(qb, S, CAUSAL)
-    krow = qrow + BHS
-    vrow = qrow + 2 * BHS
-    for j in range(nkv):
-        slot = _claim(ready, empty, g + 1 + j, 4 * T64 * T64 * 2, STAGES)
-        tma.async_copy_global_to_shared(qkv_hi_d, [krow + j * T64, 0], ready.index(slot), a_hi.index(slot * MB))
-        tma.async_copy_global_to_shared(qkv_lo_d, [krow + j * T64, 0], ready.index(slot), a_lo.index(slot * MB))
-        tma.async_copy_global_to_shared(qkv_hi_d, [vrow + j * T64, 0], ready.index(slot), w_hi.index(slot * VS))
-        tma.async_copy_global_to_shared(qkv_lo_d, [vrow + j * T64, 0], ready.index(slot), w_lo.index(slot * VS))
-    return g + 1 + nkv
 
 
 @gluon.jit
@@ -708,14 +708,24 @@ def _off8(offs):
 
 
 @gluon.jit
+def _store8(hi_ptr, lo_ptr, offs, mask, hi, lo8, hi8):
+    """f16f8's A parts of the elements at ``offs``: hi into the [.., D] hi buffer, the fp8 pair into the [.., 2D] lo
+    buffer (``_off8``)."""
+    gl.store(hi_ptr + offs, hi, mask=mask)
+    o8 = _off8(offs)
+    gl.store(lo_ptr + o8, lo8, mask=mask)
+    gl.store(lo_ptr + o8 + T64, hi8, mask=mask)
+
+
+@gluon.jit
 def _store_split(hi_ptr, lo_ptr, offs, mask, x, SCHEME: gl.constexpr, out: gl.constexpr,
                  PACK_HI: gl.constexpr):
     """Store fp32 ``x`` split (``_split``), through the coalesced layout ``out`` (16-byte stores). f16f8: hi, then
     the fp8 pair into the [..., 2D] lo buffer (``_off8``)."""
     if SCHEME == "f16f8":
         hi, lo8, hi8 = _split8(x)
-        gl.store(hi_ptr + offs, gl.convert_layout(hi, out), mask=mask)
-        o8 = _off8(offs)
+        gl.store(hi_ptr + offs, gl.convert_layout(hi, out), mask=mask)   # (each part converted as it is stored:
+        o8 = _off8(offs)                                                 # fewer registers live than ``_store8``)
         gl.store(lo_ptr + o8, gl.convert_layout(lo8, out), mask=mask)
         gl.store(lo_ptr + o8 + T64, gl.convert_layout(hi8, out), mask=mask)
     else:
@@ -731,10 +741,7 @@ def _store_rows(hi_ptr, lo_ptr, offs, mask, y, SCHEME: gl.constexpr, PACK_HI: gl
     """A LayerNorm task's rows stored split for their GEMM's scheme, in their own layout."""
     if SCHEME == "f16f8":
         hi, lo8, hi8 = _split8(y)
-        gl.store(hi_ptr + offs, hi, mask=mask)
-        o8 = _off8(offs)
-        gl.store(lo_ptr + o8, lo8, mask=mask)
-        gl.store(lo_ptr + o8 + T64, hi8, mask=mask)
+        _store8(hi_ptr, lo_ptr, offs, mask, hi, lo8, hi8)
     else:
         hi, lo = _split(y, SCHEME, PACK_HI)
         gl.store(hi_ptr + offs, hi, mask=mask)
@@ -755,16 +762,10 @@ def _gelu_log2poly(x):
 
 
 @gluon.jit
-def _gemm_step(a_hi, a_lo, w_hi, w_lo, slot, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr, R: gl.constexpr):
-    """One K step's products of the scheme, issued asynchronously on ``acc`` in kernel.py's order (bf16x3: a_lo·w_hi,
-    a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w, a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False). The W
-    tile of ring slot ``slot`` is view index slot * R (``_ring_views``)."""
-    return _gemm_step_at(a_hi, a_lo, w_hi, w_lo, slot, slot * R, acc, FIRST, SCHEME)
-
-
-@gluon.jit
 def _gemm_step_at(a_hi, a_lo, w_hi, w_lo, ai, wi, acc, FIRST: gl.constexpr, SCHEME: gl.constexpr):
-    """``_gemm_step`` on A tile ``ai`` and W tile ``wi`` of the ring's views."""
+    """One K step's products of the scheme on A tile ``ai`` and W tile ``wi`` of the ring's views (``_ring_views``),
+    issued asynchronously on ``acc`` in kernel.py's order (bf16x3: a_lo·w_hi, a_hi·w_lo, a_hi·w_hi; f16_w1: a_lo·w,
+    a_hi·w); FIRST: the first product ignores ``acc`` (use_acc=False)."""
     acc = warpgroup_mma(a_lo.index(ai), w_hi.index(wi), acc, use_acc=not FIRST, is_async=True)
     if SCHEME == "bf16x3":
         acc = warpgroup_mma(a_hi.index(ai), w_lo.index(wi), acc, is_async=True)
@@ -820,7 +821,7 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
 def _gemm_mma(ring, ready, empty, g, steps, SCHEME: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr,
               RN: gl.constexpr, mma: gl.constexpr, AM: gl.constexpr = 1, AH: gl.constexpr = 0):
     """acc [64, BN] fp32 of one GEMM task over its ``steps`` (>= 1) ring slots from global step g: per K step the
-    scheme's products (``_gemm_step``), then a wait for the previous step's products, whose slot is freed.
+    scheme's products (``_gemm_step_at``), then a wait for the previous step's products, whose slot is freed.
     Returns (acc, g).
 
     The first K step is peeled (its first product with a constexpr use_acc=False) rather than the loop running from
@@ -1007,29 +1008,22 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
         inv = gl.load(f8s_ptr + l * 4 + gl.where(kind == 1, 0, gl.where(kind == 3, 1, gl.where(kind == 5, 2, 3))))
     f8 = (((kind == 1) & (SCHEME_QKV == "f16f8")) | ((kind == 3) & (SCHEME_O == "f16f8"))
           | ((kind == 5) & (SCHEME_FFN1 == "f16f8")) | ((kind == 6) & (SCHEME_FFN2 == "f16f8")))
-    if HALF >= 0:
-        if ANY_F8 and (ANY_F16 or ANY_BF):
-            if f8:
-                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB, HALF)
-            else:
-                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB, HALF)
-        elif ANY_F8:
-            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, MB, HALF)
-        else:
-            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, MB, HALF)
-        row0 = row0 + HALF * T64
-    elif MB == 2:   # one consumer on a 128-row tile (no f16f8: its four accumulators need the cooperative form)
+    if MB == 2 and HALF < 0:   # one consumer on a 128-row tile (no f16f8: its four accumulators need the
+        #                        cooperative form)
         acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
-    else:
+    else:   # a 64-row tile, or the cooperative consumers' half HALF of a 128-row one (A tiles slot * MB + HALF)
+        AM: gl.constexpr = MB if HALF >= 0 else 1
+        AH: gl.constexpr = HALF if HALF >= 0 else 0
         if ANY_F8 and (ANY_F16 or ANY_BF):
             if f8:
-                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, AM, AH)
             else:
-                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, AM, AH)
         elif ANY_F8:
-            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma)
+            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, AM, AH)
         else:
-            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
+            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, AM, AH)
+        row0 = row0 + AH * T64
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
                    acc_out, PACK_HI)
@@ -1106,6 +1100,34 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
 
 
 @gluon.jit
+def _attn_rest(qh, ql, ring, ready, empty, q_empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
+               S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr, STAGES: gl.constexpr,
+               BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr, PACK_HI: gl.constexpr, MB: gl.constexpr,
+               REG_Q: gl.constexpr, RELEASE: gl.constexpr):
+    """An attention task once its q is at hand (``qh`` / ``ql``: shared memory, or registers with REG_Q): the online
+    softmax over the key blocks at ring steps g … g + nkv − 1 (``_overlap_blocks``, each slot's release counting
+    RELEASE), then o = acc / l stored split (the output projection's scheme) into att [M, D]."""
+    a_hi, a_lo, w_hi, w_lo = ring
+    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
+    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    row_l: gl.constexpr = gl.SliceLayout(1, mma)
+    m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
+    l_i = gl.zeros([T64], gl.float32, layout=row_l)
+    acc = gl.zeros([T64, T64], gl.float32, layout=mma)
+    zero = gl.zeros([T64, T64], gl.float32, layout=mma)
+    mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
+    acc, l_i = _overlap_blocks(qh, ql, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
+                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
+                               PACK_HI, MB, REG_Q, RELEASE)
+    o = acc / l_i[:, None]
+    rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
+    cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
+    qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
+    _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
+                 SCHEME_O, out, PACK_HI)
+
+
+@gluon.jit
 def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
                B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, SCHEME_O: gl.constexpr,
                STAGES: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr, out: gl.constexpr,
@@ -1120,32 +1142,13 @@ def _attn_task(ring, q_buf, ready, empty, q_ready, q_empty, g, na, l, b, h, qb, 
     on the same values as the serial order (block 0 starts from the zeros, which the serial order multiplied by
     alpha_0 = 0). A ring slot holds block j's k (the A tiles) and v (the W tiles) on one ready / empty pair; it is
     freed once block j's p·v is done (the consumer holds two slots at a time: STAGES >= 2); with 128-wide GEMM tiles
-    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too)."""
-    a_hi, a_lo, w_hi, w_lo = ring
-    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
+    v is the first 64 × 64 tile of the slot's W part (``_w_views``, the loader's view too). q is in this consumer's
+    q buffer (``q_buf``), freed by the last q·kᵀ."""
     q_hi, q_lo = q_buf
-    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    row_l: gl.constexpr = gl.SliceLayout(1, mma)
     mbarrier.wait(q_ready, na & 1)
-    if CAUSAL:
-        kv_end = gl.minimum((qb + 1) * T64, S)
-    else:
-        kv_end = qb * 0 + S
-    nkv = (kv_end + T64 - 1) // T64
-    m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
-    l_i = gl.zeros([T64], gl.float32, layout=row_l)
-    acc = gl.zeros([T64, T64], gl.float32, layout=mma)
-    zero = gl.zeros([T64, T64], gl.float32, layout=mma)
-    mbarrier.wait(ready.index(g % STAGES), (g // STAGES) & 1)
-    acc, l_i = _overlap_blocks(q_hi, q_lo, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, q_empty, g, nkv,
-                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                               PACK_HI, MB)
-    o = acc / l_i[:, None]
-    rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
-    cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
-    qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
-    _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
-                 SCHEME_O, out, PACK_HI)
+    nkv = _n_key_blocks(qb, S, CAUSAL)
+    _attn_rest(q_hi, q_lo, ring, ready, empty, q_empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale, S, D,
+               CAUSAL, SCHEME_O, STAGES, BN, mma, out, PACK_HI, MB, False, 1)
     return g + nkv
 
 
@@ -1156,11 +1159,9 @@ def _attn_task_ring(ring, ready, empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr
                     PACK_HI: gl.constexpr, MB: gl.constexpr):
     """``_attn_task`` for the cooperative consumers, run by one of them: q from the task's first ring slot into
     registers (wgmma's A operand; the slot freed for both consumers at once, count 2), then the key blocks from the
-    slots after it, each freed for both as well (``_overlap_blocks``' RELEASE)."""
+    slots after it, each freed for both as well (``_attn_rest``' RELEASE 2)."""
     a_hi, a_lo, w_hi, w_lo = ring
-    w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    row_l: gl.constexpr = gl.SliceLayout(1, mma)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
     qh = a_hi.index(slot * MB).load(dot_a)
@@ -1168,21 +1169,8 @@ def _attn_task_ring(ring, ready, empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr
     fence_async_shared()   # these generic reads before the loader's next TMA into the slot
     gl.thread_barrier()    # every thread's reads before the elected arrive
     mbarrier.arrive(empty.index(slot), count=2)
-    g1 = g + 1
-    m_i = gl.full([T64], float("-inf"), gl.float32, layout=row_l)
-    l_i = gl.zeros([T64], gl.float32, layout=row_l)
-    acc = gl.zeros([T64, T64], gl.float32, layout=mma)
-    zero = gl.zeros([T64, T64], gl.float32, layout=mma)
-    mbarrier.wait(ready.index(g1 % STAGES), (g1 // STAGES) & 1)
-    acc, l_i = _overlap_blocks(qh, ql, a_hi, a_lo, w_hi, w_lo, ready, empty, ready, empty, empty.index(0), g1, nkv,
-                               qk_scale, zero, m_i, l_i, acc, CAUSAL, STAGES, True, mma, dot_a, BN // T64,
-                               PACK_HI, MB, True, 2)
-    o = acc / l_i[:, None]
-    rows = b * S + qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))
-    cols = h * T64 + gl.arange(0, T64, layout=gl.SliceLayout(0, out))
-    qm = (qb * T64 + gl.arange(0, T64, layout=gl.SliceLayout(1, out))) < S
-    _store_split(att_hi_ptr, att_lo_ptr, rows[:, None] * D + cols[None, :], qm[:, None] & (cols >= 0)[None, :], o,
-                 SCHEME_O, out, PACK_HI)
+    _attn_rest(qh, ql, ring, ready, empty, empty.index(0), g + 1, nkv, b, h, qb, att_hi_ptr, att_lo_ptr, qk_scale,
+               S, D, CAUSAL, SCHEME_O, STAGES, BN, mma, out, PACK_HI, MB, True, 2)
 
 
 @gluon.jit
@@ -1546,11 +1534,6 @@ def check_ws_params(o: dict) -> None:
         if o[k] != TILE and not (k == "block_m" and o[k] in BLOCK_MS):
             also = " or 128" if k == "block_m" else ""
             raise ParameterError(f"dag: form ws needs {k} {TILE}{also} (got {o[k]!r}): set form: tl or {k}: {TILE}")
-    f8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == "f16f8"]
-    if f8 and o["block_m"] == 2 * TILE and o["ws_consumers"] == 1:
-        raise ParameterError(f"dag: form ws: {f8[0]}=f16f8 with block_m 128 needs two consumers (four accumulators a "
-                             "128-row tile; one warpgroup holding them serializes its wgmma, docs/dag.md \"Results\" "
-                             f"43): set ws_consumers: 2 or {f8[0]}: bf16x3")
     for k in BLOCK_N_PARAMS:
         if o[k] not in BLOCK_NS:
             raise ParameterError(f"dag: form ws needs {k} 64 or 128 (got {o[k]!r}): set form: tl or {k}: 64 "
