@@ -9,3 +9,8 @@ def split_hi_lo(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     hi = x.to(torch.bfloat16)
     lo = (x - hi.float()).to(torch.bfloat16)
     return hi, lo
+
+
+# f16f8 (the dag family's form ws): A's lo part (|lo| <= 2^-11 |A|, A's fp16 rounding) is stored as fp8(lo * 2^11);
+# the weights' as fp8((w - hi) * 2^11 * s)
+F8_A_SCALE = 2.0 ** 11

@@ -13,7 +13,7 @@ import triton
 
 from ..cases import Case, variant_params
 from ..common.occupancy import occupancy
-from ..common.split import split_hi_lo
+from ..common.split import F8_A_SCALE, split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..registry import Unsupported
@@ -223,7 +223,6 @@ def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
 
 
 F8 = torch.float8_e4m3fn
-F8_A_SCALE = 2.0 ** 11   # f16f8: A's lo part (|lo| <= 2^-11 |A|) is stored as fp8(lo * 2^11)
 
 
 def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -133,16 +133,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                             warpgroup_mma_wait)
 
 from ..cases import variant_params
-from ..common import task_sync
+from ..common import split, task_sync
 from ..common.tl_helpers import GELU_Q0, GELU_Q1, GELU_Q2, GELU_Q3, GELU_Q4, GELU_Q5  # log2 Phi(-u): the one fit
 from ..registry import Unsupported
-from .host import F8_A_SCALE as host_f8_a_scale
 from .kernel import TRACE_COLS   # the trace's row width, one for both forms
 from ..validate import ParameterError
 
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
 T64 = gl.constexpr(TILE)
-F8_A_SCALE = gl.constexpr(host_f8_a_scale)   # f16f8: A's lo part stored as fp8(lo * 2^11) (host.F8_A_SCALE)
+F8_A_SCALE = gl.constexpr(split.F8_A_SCALE)   # f16f8: A's lo part stored as fp8(lo * 2^11)
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
 FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
