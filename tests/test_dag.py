@@ -855,6 +855,34 @@ def test_time_split_of_a_trace():
     assert r["k_step"]["qkv"]["step_us"] == 1.0 and r["k_step"]["ffn2"]["step_us"] == 2.0
 
 
+def test_critical_path_of_a_trace():
+    """``bench.dag.time_split.critical_path``: from the task that finished last, each step goes to the later of the
+    task's latest-released producer and its program's task before it; the segments add up to the launch's end."""
+    from bench.dag.time_split import critical_path
+    us = 1000  # ns
+    # columns: 0 ticket, 1 wait done, 2 released, 3 program << 16, 4 done, 5 taken, 6 K loop done, 7 unused
+    trace = [[0, 1 * us, 4 * us, 0 << 16, 3 * us, 0, 2 * us, 0],               # 0: LN1 on program 0, 1–3 µs
+             [0, 0, 5 * us, 1 << 16, 4 * us, 0, 3 * us, 0],                    # 1: LN1 on program 1, 0–4 µs
+             [0, 6 * us, 11 * us, 0 << 16, 10 * us, 3 * us, 9 * us, 0],        # 2: QKV after 0 and 1, 6–10 µs
+             [0, 7 * us, 13 * us, 1 << 16, 12 * us, 11 * us, 0, 0]]            # 3: attention after 2, on program 1
+    r = critical_path(trace, [0, 0, 1, 2], [[], [], [0, 1], [2]])
+    assert r["kernel_us"] == 12 and r["tasks"] == 3
+    seg = {k: v["us"] for k, v in r["segments"].items()}
+    assert abs(sum(seg.values()) - 12) < 1e-9
+    # 3 waited for 2's release (11 µs: a dependency edge, its release 1 µs, link 0); 2 for task 1's release at 5 µs
+    # (later than task 0's at 4), link 1 µs; task 1 from the launch's start
+    assert [p["kind"] for p in r["path"]] == ["ln1", "qkv", "attn"]
+    assert seg["body attn"] == 1 and seg["body qkv"] == 4 and seg["body ln1"] == 4 and seg["launch start"] == 0
+    assert seg["release (done to released)"] == 1 + 1 and seg["link (released to start)"] == 0 + 1
+    # a program's earlier task that finished after the producer's release binds instead (a same-program edge)
+    trace[3][1] = 5 * us
+    trace[1][4], trace[1][2] = 4 * us, 4.5 * us
+    trace[3][3] = 0 << 16   # attention on program 0 after QKV (done 10 µs); its producer released at 11 µs
+    trace[2][2] = 9.5 * us
+    r = critical_path(trace, [0, 0, 1, 2], [[], [], [0, 1], [2]])
+    assert r["path"][-1]["edge"] == "program" and r["path"][-1]["gap_us"] == 1.0
+
+
 def test_f16f8_weight_parts_hold_the_weight_k_major():
     """``host._weight_parts`` for f16f8 (form ws, docs/dag.md "Results" 42-44): hi the fp16 rounding; per 64-deep K
     step a K-major [bn, 128] fp8 tile, columns 0-63 fp8(hi · s) and 64-127 fp8((w − hi) · 2^11 · s), s per layer a

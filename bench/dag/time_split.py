@@ -14,7 +14,12 @@ K step (a task's K loop over its 64-wide steps) and how it moves with the number
     python -m bench.dag.time_split --cases 12 --out DIR --set @PACK_HI=0   # a WS kernel constexpr (bench.dag.ws_ab)
     python -m bench.dag.time_split --from DIR                  # the saved traces again, no GPU
 
-Writes ``DIR/trace_caseNN.pt`` (the trace, the tasks' kinds and K steps) and ``DIR/time_split.json``.
+Also the launch's critical path (``critical_path``: from the task that finished last back to the launch's start,
+each step to the later of the task's last producer's release and its program's task before it), split into the
+tasks' bodies by kind, the releases (a producer's done to its signaller's release), the links (that release to the
+dependant's start) and the same-program gaps (docs/dag.md "Results" 45).
+
+Writes ``DIR/trace_caseNN.pt`` (the trace, the tasks' kinds, producers and K steps) and ``DIR/time_split.json``.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from collections import defaultdict
 
 GEMM = {1: "qkv", 3: "oproj", 5: "ffn1", 6: "ffn2"}
 ATTN = 2   # the other kinds (0, 4, 7) are LayerNorm tasks
+KIND = {0: "ln1", 1: "qkv", 2: "attn", 3: "oproj", 4: "ln2", 5: "ffn1", 6: "ffn2", 7: "lnf"}
 
 
 def gemm_steps(meta: dict) -> dict:
@@ -85,6 +91,77 @@ def split(trace, kinds: list, steps: dict) -> dict:
                 share={k: a / (n * kernel) for k, a in acc.items()}, k_step=step)
 
 
+def critical_path(trace, kinds: list, producers: list) -> dict:
+    """The launch's critical path from a trace ([tasks, 8] ns stamps, form ws; ``producers[i]`` the queue indices
+    of the tasks task i waits for, ``Graph.producers``). From the task that finished last (column 4), each step goes
+    back to what started the task later: its producer with the latest release (column 2) when that release is not
+    before the program's previous task's done (a *dependency* edge: the producer's release, done to column 2, and the
+    link, that release to the task's start), else that previous task (a *same-program* edge: its done to the task's
+    start). A task's start is the later of the consumer's take (5) and the loader's wait done (1), as ``split``'s.
+    The segments add up to the last task's done. Returns kernel_us, tasks (on the path), segments {name: {us, n}}
+    and the path, first task first: [kind, layer-less kind name, start µs, body µs, edge, edge µs...]."""
+    from bench.dag.ws_dag import _float_trace
+    t = _float_trace(trace).tolist()
+    t0 = min(r[0] for r in t)
+    us = [[(v - t0) / 1e3 for v in r] for r in t]
+    by = defaultdict(list)
+    for i, r in enumerate(t):
+        by[int(r[3]) >> 16].append(i)
+    prev = {}
+    for idx in by.values():
+        idx.sort(key=lambda i: us[i][5])
+        prev.update(zip(idx[1:], idx[:-1]))
+    seg = defaultdict(lambda: [0.0, 0])
+
+    def add(name, v):
+        seg[name][0] += v
+        seg[name][1] += 1
+    i = max(range(len(us)), key=lambda i: us[i][4])
+    end = us[i][4]
+    path = []
+    while True:
+        start = max(us[i][5], us[i][1])
+        k = KIND.get(kinds[i], str(kinds[i]))
+        add("body " + k, us[i][4] - start)
+        step = dict(kind=k, start_us=round(start, 3), body_us=round(us[i][4] - start, 3))
+        jd = max(producers[i], key=lambda j: us[j][2]) if producers[i] else None
+        jp = prev.get(i)
+        if jd is not None and (jp is None or us[jd][2] >= us[jp][4]):
+            add("release (done to released)", us[jd][2] - us[jd][4])
+            add("link (released to start)", start - us[jd][2])
+            step.update(edge="dependency", release_us=round(us[jd][2] - us[jd][4], 3),
+                        link_us=round(start - us[jd][2], 3))
+            i = jd
+        elif jp is not None:
+            add("same program (done to start)", start - us[jp][4])
+            step.update(edge="program", gap_us=round(start - us[jp][4], 3))
+            i = jp
+        else:
+            add("launch start", start)
+            path.append(step)
+            break
+        path.append(step)
+    return dict(kernel_us=end, tasks=len(path), segments={k: dict(us=v[0], n=v[1]) for k, v in seg.items()},
+                path=path[::-1])
+
+
+def _producers(rec: dict) -> list:
+    """A saved trace's ``Graph.producers``: saved with it, or (traces saved before they were) the graph rebuilt from
+    its parameters for an H200's 132 SMs, checked against the saved kinds."""
+    if "producers" in rec:
+        return rec["producers"]
+    from kernels import load_case
+    from kernels.dag import graph as G
+    from kernels.dag import host
+    case = load_case(rec["case"].removesuffix("_set"))
+    o = host.check_params(dict(rec["params"]))
+    programs = 132 * o["ctas_per_sm"]
+    g = G.build(case, host.tiling_for(case, o, programs), o["order"], programs)
+    if [x.kind for x in g.tasks] != list(rec["kinds"]):
+        raise SystemExit(f"time_split: {rec['case']}'s graph rebuilt from its parameters differs from the trace's")
+    return g.producers
+
+
 def capture(case_id, out: str, extra: dict | None = None, tag: str = "") -> str:
     """Prepare case ``case_id`` at its committed parameters (``extra`` over them) with ``trace``, run it three times,
     save the third (``trace_<case><tag>.pt``)."""
@@ -111,7 +188,7 @@ def capture(case_id, out: str, extra: dict | None = None, tag: str = "") -> str:
         host.run(p, x)
     torch.cuda.synchronize()
     rec = dict(case=case.name + tag, params=params, constexprs=over, kinds=[x.kind for x in p.graph.tasks],
-               steps=gemm_steps(p.meta), trace=p.trace.cpu().tolist())
+               producers=[list(x) for x in p.graph.producers], steps=gemm_steps(p.meta), trace=p.trace.cpu().tolist())
     f = os.path.join(out, f"trace_{case.name}{tag}.pt")
     torch.save(rec, f + ".tmp")
     os.replace(f + ".tmp", f)
@@ -153,6 +230,10 @@ def main(argv=None) -> int:
         for k, v in r["k_step"].items():
             print(f"  {k:6} K step {v['step_us']:.3f} us ({v['steps']} a task; {v['step_us_fewest']:.3f} with the "
                   f"fewest programs in a K loop, {v['step_us_most']:.3f} with the most)")
+        r["critical_path"] = cp = critical_path(rec["trace"], rec["kinds"], _producers(rec))
+        print(f"  critical path: {cp['tasks']} tasks")
+        for k, v in sorted(cp["segments"].items(), key=lambda kv: -kv[1]["us"]):
+            print(f"    {k:30} {v['us']:7.1f} us  {100 * v['us'] / cp['kernel_us']:5.1f}%  ({v['n']})")
     out = a.out or a.src
     tmp = os.path.join(out, ".time_split.json.tmp")
     with open(tmp, "w") as fh:
