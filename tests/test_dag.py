@@ -881,6 +881,59 @@ def test_critical_path_of_a_trace():
     trace[2][2] = 9.5 * us
     r = critical_path(trace, [0, 0, 1, 2], [[], [], [0, 1], [2]])
     assert r["path"][-1]["edge"] == "program" and r["path"][-1]["gap_us"] == 1.0
+    # the cooperative consumers stamp consumer 0's done only: a task that consumer 1 ran ends where the signaller
+    # took it (column 7), less a hand-over
+    from bench.dag.time_split import HANDOFF_NS, work_done
+    assert work_done([0, 0, 0, 0, 5 * us, 0, 0, 0]) == 5 * us                     # column 7 not stamped
+    assert work_done([0, 0, 0, 0, 5 * us, 0, 0, 5 * us + 100]) == 5 * us           # within a hand-over
+    assert work_done([0, 0, 0, 0, 5 * us, 0, 0, 9 * us]) == 9 * us - HANDOFF_NS
+
+
+def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
+    """``bench.dag.replay``: a trace whose bodies and links are a queue schedule's (``sim.timed``) replays to that
+    schedule's makespan exactly; shorter links and bodies never lengthen it; a bad what-if names the fix."""
+    import dataclasses
+
+    import pytest
+    from bench.dag import replay as R
+    from bench.dag.time_split import trace_graph
+    from kernels.dag import sim
+    # the graph as replay rebuilds it from a saved trace's case, parameters and kinds
+    g = trace_graph(dict(case="smoke2", params={"ctas_per_sm": 1}, kinds=[t.kind for t in _smoke2_graph().tasks]))
+    g.tasks = [dataclasses.replace(t, cost=0.5 + (i % 7) * 0.3) for i, t in enumerate(g.tasks)]
+    res = sim.timed(g, 132, "queue", 0.0, 0.3, 1.4)
+    # the schedule as a trace: (start, finish) per task from the same simulation, re-run step by step
+    import heapq
+    free, start, finish = [(0.0, k) for k in range(132)], [], []
+    heapq.heapify(free)
+    for i, t in enumerate(g.tasks):
+        t_free, k = heapq.heappop(free)
+        st = max([t_free + 0.3] + [finish[p] + 1.4 for p in g.producers[i]])
+        start.append(st)
+        finish.append(st + t.cost)
+        heapq.heappush(free, (finish[-1], k))
+    us = 1000
+    trace = [[0, s * us, f * us, 0, f * us, s * us, 0, 0] for s, f in zip(start, finish)]
+    body = R.bodies(trace)
+    assert body == pytest.approx([t.cost for t in g.tasks])
+    base = R.replay(g, body, 1.4, 0.3)
+    assert base == pytest.approx(res.makespan_us) and base == pytest.approx(max(finish))
+    assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("link=0.7")) <= base
+    assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("task=-0.2 gemm=0.9")) <= base
+    assert R.parse_what_if("attn=0.5 link=1.0") == {"attn": 0.5, "link": 1.0}
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        R.parse_what_if("fast=2")
+    with pytest.raises(SystemExit, match="not a number"):
+        R.parse_what_if("link=x")
+
+
+def _smoke2_graph():
+    from kernels import load_case
+    from kernels.dag import graph as G
+    from kernels.dag import host
+    case = load_case("smoke2")
+    o = host.check_params({"ctas_per_sm": 1})
+    return G.build(case, host.tiling_for(case, o, 132), o["order"], 132)
 
 
 def test_f16f8_weight_parts_hold_the_weight_k_major():

@@ -33,6 +33,14 @@ from collections import defaultdict
 GEMM = {1: "qkv", 3: "oproj", 5: "ffn1", 6: "ffn2"}
 ATTN = 2   # the other kinds (0, 4, 7) are LayerNorm tasks
 KIND = {0: "ln1", 1: "qkv", 2: "attn", 3: "oproj", 4: "ln2", 5: "ffn1", 6: "ffn2", 7: "lnf"}
+HANDOFF_NS = 150   # a task's done (column 4) to its signaller taking it (column 7): 0.13-0.22 µs a kind, one consumer
+
+
+def work_done(row) -> float:
+    """When a traced task's work was done (ns): column 4, or, where the signaller took it more than a hand-over later,
+    that less a hand-over — the cooperative consumers stamp consumer 0's done only, so a task consumer 1 runs (an
+    attention task, or a LayerNorm task run in turn) shows its end only where both have handed it over."""
+    return max(row[4], row[7] - HANDOFF_NS) if row[7] else row[4]
 
 
 def gemm_steps(meta: dict) -> dict:
@@ -103,7 +111,7 @@ def critical_path(trace, kinds: list, producers: list) -> dict:
     from bench.dag.ws_dag import _float_trace
     t = _float_trace(trace).tolist()
     t0 = min(r[0] for r in t)
-    us = [[(v - t0) / 1e3 for v in r] for r in t]
+    us = [[(v - t0) / 1e3 for v in r[:4]] + [(work_done(r) - t0) / 1e3] + [(v - t0) / 1e3 for v in r[5:]] for r in t]
     by = defaultdict(list)
     for i, r in enumerate(t):
         by[int(r[3]) >> 16].append(i)
@@ -145,11 +153,9 @@ def critical_path(trace, kinds: list, producers: list) -> dict:
                 path=path[::-1])
 
 
-def _producers(rec: dict) -> list:
-    """A saved trace's ``Graph.producers``: saved with it, or (traces saved before they were) the graph rebuilt from
-    its parameters for an H200's 132 SMs, checked against the saved kinds."""
-    if "producers" in rec:
-        return rec["producers"]
+def trace_graph(rec: dict):
+    """The graph a saved trace ran, rebuilt from its parameters for an H200's 132 SMs (as ``prepare`` builds it for
+    form ws: SMs x ``ctas_per_sm`` programs), its kinds checked against the trace's."""
     from kernels import load_case
     from kernels.dag import graph as G
     from kernels.dag import host
@@ -159,7 +165,12 @@ def _producers(rec: dict) -> list:
     g = G.build(case, host.tiling_for(case, o, programs), o["order"], programs)
     if [x.kind for x in g.tasks] != list(rec["kinds"]):
         raise SystemExit(f"time_split: {rec['case']}'s graph rebuilt from its parameters differs from the trace's")
-    return g.producers
+    return g
+
+
+def _producers(rec: dict) -> list:
+    """A saved trace's ``Graph.producers``: saved with it, or (traces saved before they were) ``trace_graph``'s."""
+    return rec["producers"] if "producers" in rec else trace_graph(rec).producers
 
 
 def capture(case_id, out: str, extra: dict | None = None, tag: str = "") -> str:

@@ -1,0 +1,108 @@
+"""Replay a traced launch's measured task times through the queue simulator, and price what-ifs on them (lab; docs/dag.md
+"Results" 46).
+
+``kernels.dag.sim.timed`` with the ``queue`` policy (the kernel's: the next free program takes the next ticket and
+waits for its counters) runs the graph with each task's *measured* body (``time_split.critical_path``'s: from the
+later of the consumer's take and the loader's wait done to the work done) in place of a cost model, a ticket cost
+``--pop-us`` and a link ``--link-us`` from a producer's end to its dependant's start (the release, the poll and the
+hand-over: ~1.4 µs on the traced kernels, "Results" 45). The replay of the traced parameters is checked against the
+traced launch; then each what-if changes the bodies or the link and reports the makespan against the replay's:
+
+    python -m bench.dag.replay --from DIR                      # time_split's saved traces (trace_caseNN.pt)
+    python -m bench.dag.replay --from DIR --what-if "link=0.7" "task=-0.5" "gemm=0.9" "attn=0.5 link=1.0"
+
+A what-if is space-separated NAME=VALUE terms: ``link`` (µs, the link), ``task`` (µs added to every body, floored at
+0.1), ``gemm`` / ``attn`` / ``ln`` or a kind (``qkv``, ``oproj``, ``ffn1``, ``ffn2``, ``ln1``, ``ln2``, ``lnf``) (a factor
+on those bodies, applied before ``task``). Writes ``DIR/replay.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+
+from bench.dag.time_split import KIND, trace_graph, work_done
+
+GROUPS = {"gemm": ("qkv", "oproj", "ffn1", "ffn2"), "attn": ("attn",), "ln": ("ln1", "ln2", "lnf")}
+DEFAULT_WHAT_IFS = ("link=0.7", "link=1.0", "task=-0.5", "task=-1.0", "gemm=0.9", "attn=0.5", "ln=0.5",
+                    "link=1.0 task=-0.5", "link=0.7 task=-0.5", "link=0")
+
+
+def bodies(trace) -> list:
+    """Each task's measured body, µs (from max(take, wait done) to ``time_split.work_done``; 0.1 at least)."""
+    from bench.dag.ws_dag import _float_trace
+    return [max(0.1, (work_done(r) - max(r[5], r[1])) / 1e3) for r in _float_trace(trace).tolist()]
+
+
+def parse_what_if(text: str) -> dict:
+    """``"link=0.7 gemm=0.9"`` -> {"link": 0.7, "gemm": 0.9}; a clear error for anything else."""
+    out = {}
+    names = {"link", "task", "pop", *GROUPS, *KIND.values()}
+    for term in text.split():
+        k, eq, v = term.partition("=")
+        if not eq or k not in names:
+            raise SystemExit(f"replay: what-if term {term!r}: NAME=VALUE with NAME one of {sorted(names)}")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            raise SystemExit(f"replay: what-if term {term!r}: {v!r} is not a number") from None
+    return out
+
+
+def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None = None) -> float:
+    """Makespan (µs) of graph ``g`` (queue order, ``g.producers``) on 132 programs with the bodies ``body`` (per
+    task, queue order) changed by ``what`` (``parse_what_if``)."""
+    from kernels.dag import sim
+    what = dict(what or {})
+    link = what.pop("link", link_us)
+    pop = what.pop("pop", pop_us)
+    add = what.pop("task", 0.0)
+    factor = {}
+    for k, f in what.items():
+        for kind in GROUPS.get(k, (k,)):
+            factor[kind] = factor.get(kind, 1.0) * f
+    g2 = copy.copy(g)
+    g2.tasks = [dataclasses.replace(t, cost=max(0.1, d * factor.get(KIND.get(t.kind), 1.0) + add))
+                for t, d in zip(g.tasks, body)]
+    return sim.timed(g2, 132, "queue", 0.0, pop, link).makespan_us
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--from", dest="src", required=True, help="a folder of time_split's saved traces")
+    ap.add_argument("--link-us", type=float, default=1.4, help="a producer's end to its dependant's start (µs)")
+    ap.add_argument("--pop-us", type=float, default=0.3, help="a ticket (µs)")
+    ap.add_argument("--what-if", nargs="*", default=list(DEFAULT_WHAT_IFS))
+    a = ap.parse_args(argv)
+    import torch
+    from bench.dag.ws_dag import _float_trace
+    whats = [(w, parse_what_if(w)) for w in a.what_if]
+    files = sorted(os.path.join(a.src, f) for f in os.listdir(a.src) if f.startswith("trace_") and f.endswith(".pt"))
+    if not files:
+        raise SystemExit(f"replay: no trace_*.pt in {a.src} (python -m bench.dag.time_split --cases ... --out DIR)")
+    res = {}
+    for f in files:
+        rec = torch.load(f)
+        g = trace_graph(rec)
+        body = bodies(rec["trace"])
+        t = _float_trace(rec["trace"])
+        traced = float((t[:, 4].max() - t[:, 0].min()) / 1e3)
+        base = replay(g, body, a.link_us, a.pop_us)
+        r = res[rec["case"]] = dict(traced_us=traced, replay_us=base, link_us=a.link_us, pop_us=a.pop_us,
+                                    what_if={})
+        print(f"{rec['case']}: traced {traced:.1f} us, replayed {base:.1f} us ({100 * (base / traced - 1):+.1f}%)")
+        for text, w in whats:
+            v = replay(g, body, a.link_us, a.pop_us, w)
+            r["what_if"][text] = dict(us=v, change=v / base - 1)
+            print(f"  {text:28} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
+    tmp = os.path.join(a.src, ".replay.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(res, fh, indent=1)
+    os.replace(tmp, os.path.join(a.src, "replay.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
