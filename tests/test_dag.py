@@ -898,8 +898,11 @@ def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
     from bench.dag import replay as R
     from bench.dag.time_split import trace_graph
     from kernels.dag import sim
-    # the graph as replay rebuilds it from a saved trace's case, parameters and kinds
-    g = trace_graph(dict(case="smoke2", params={"ctas_per_sm": 1}, kinds=[t.kind for t in _smoke2_graph().tasks]))
+    # the graph as replay rebuilds it from a saved trace's case, parameters, kinds and programs (132: one an SM)
+    g = _smoke2_graph()
+    one = [0, 0, 0, 131 << 16, 0, 0, 0, 0]
+    assert trace_graph(dict(case="smoke2", params={"ctas_per_sm": 1}, kinds=[t.kind for t in g.tasks],
+                            trace=[one])).producers == g.producers
     g.tasks = [dataclasses.replace(t, cost=0.5 + (i % 7) * 0.3) for i, t in enumerate(g.tasks)]
     res = sim.timed(g, 132, "queue", 0.0, 0.3, 1.4)
     # the schedule as a trace: (start, finish) per task from the same simulation, re-run step by step

@@ -1,5 +1,5 @@
-"""Replay a traced launch's measured task times through the queue simulator, and price what-ifs on them (lab; docs/dag.md
-"Results" 46).
+"""Replay a traced launch's measured task times through the queue simulator, and price what-ifs on them (lab;
+docs/dag.md "Results" 45).
 
 ``kernels.dag.sim.timed`` with the ``queue`` policy (the kernel's: the next free program takes the next ticket and
 waits for its counters) runs the graph with each task's *measured* body (``time_split.critical_path``'s: from the
@@ -11,9 +11,9 @@ traced launch; then each what-if changes the bodies or the link and reports the 
     python -m bench.dag.replay --from DIR                      # time_split's saved traces (trace_caseNN.pt)
     python -m bench.dag.replay --from DIR --what-if "link=0.7" "task=-0.5" "gemm=0.9" "attn=0.5 link=1.0"
 
-A what-if is space-separated NAME=VALUE terms: ``link`` (µs, the link), ``task`` (µs added to every body, floored at
-0.1), ``gemm`` / ``attn`` / ``ln`` or a kind (``qkv``, ``oproj``, ``ffn1``, ``ffn2``, ``ln1``, ``ln2``, ``lnf``) (a factor
-on those bodies, applied before ``task``). Writes ``DIR/replay.json``.
+A what-if is space-separated NAME=VALUE terms: ``link`` (µs, the link), ``pop`` (µs, a ticket), ``task`` (µs added
+to every body, floored at 0.1), ``gemm`` / ``attn`` / ``ln`` or a kind (``qkv``, ``oproj``, ``ffn1``, ``ffn2``,
+``ln1``, ``ln2``, ``lnf``) (a factor on those bodies, applied before ``task``). Writes ``DIR/replay.json``.
 """
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ def parse_what_if(text: str) -> dict:
     return out
 
 
-def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None = None) -> float:
-    """Makespan (µs) of graph ``g`` (queue order, ``g.producers``) on 132 programs with the bodies ``body`` (per
-    task, queue order) changed by ``what`` (``parse_what_if``)."""
+def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None = None,
+           programs: int = 132) -> float:
+    """Makespan (µs) of graph ``g`` (queue order, ``g.producers``) on ``programs`` programs (form ws: one an SM) with
+    the bodies ``body`` (per task, queue order) changed by ``what`` (``parse_what_if``)."""
     from kernels.dag import sim
     what = dict(what or {})
     link = what.pop("link", link_us)
@@ -66,7 +67,7 @@ def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None
     g2 = copy.copy(g)
     g2.tasks = [dataclasses.replace(t, cost=max(0.1, d * factor.get(KIND.get(t.kind), 1.0) + add))
                 for t, d in zip(g.tasks, body)]
-    return sim.timed(g2, 132, "queue", 0.0, pop, link).makespan_us
+    return sim.timed(g2, programs, "queue", 0.0, pop, link).makespan_us
 
 
 def main(argv=None) -> int:
@@ -89,12 +90,13 @@ def main(argv=None) -> int:
         body = bodies(rec["trace"])
         t = _float_trace(rec["trace"])
         traced = float((t[:, 4].max() - t[:, 0].min()) / 1e3)
-        base = replay(g, body, a.link_us, a.pop_us)
+        sms = max(int(r[3]) >> 16 for r in rec["trace"]) + 1   # the trace's programs, one an SM
+        base = replay(g, body, a.link_us, a.pop_us, programs=sms)
         r = res[rec["case"]] = dict(traced_us=traced, replay_us=base, link_us=a.link_us, pop_us=a.pop_us,
                                     what_if={})
         print(f"{rec['case']}: traced {traced:.1f} us, replayed {base:.1f} us ({100 * (base / traced - 1):+.1f}%)")
         for text, w in whats:
-            v = replay(g, body, a.link_us, a.pop_us, w)
+            v = replay(g, body, a.link_us, a.pop_us, w, sms)
             r["what_if"][text] = dict(us=v, change=v / base - 1)
             print(f"  {text:28} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
     tmp = os.path.join(a.src, ".replay.json.tmp")

@@ -106,8 +106,10 @@ def critical_path(trace, kinds: list, producers: list) -> dict:
     before the program's previous task's done (a *dependency* edge: the producer's release, done to column 2, and the
     link, that release to the task's start), else that previous task (a *same-program* edge: its done to the task's
     start). A task's start is the later of the consumer's take (5) and the loader's wait done (1), as ``split``'s.
-    The segments add up to the last task's done. Returns kernel_us, tasks (on the path), segments {name: {us, n}}
-    and the path, first task first: [kind, layer-less kind name, start µs, body µs, edge, edge µs...]."""
+    The segments add up to the last task's done. A task's done is ``work_done``'s (the cooperative consumers' tasks
+    run by consumer 1 included). Returns kernel_us, tasks (on the path), segments {name: {us, n}} and the path, first
+    task first: one dict a task (kind, start_us, body_us; the edge to the task before it on the path: "dependency"
+    with release_us and link_us, or "program" with gap_us)."""
     from bench.dag.ws_dag import _float_trace
     t = _float_trace(trace).tolist()
     t0 = min(r[0] for r in t)
@@ -154,14 +156,14 @@ def critical_path(trace, kinds: list, producers: list) -> dict:
 
 
 def trace_graph(rec: dict):
-    """The graph a saved trace ran, rebuilt from its parameters for an H200's 132 SMs (as ``prepare`` builds it for
-    form ws: SMs x ``ctas_per_sm`` programs), its kinds checked against the trace's."""
+    """The graph a saved trace ran, rebuilt from its parameters as ``prepare`` builds it for form ws (SMs x
+    ``ctas_per_sm`` programs; the SMs: the trace's programs, one an SM), its kinds checked against the trace's."""
     from kernels import load_case
     from kernels.dag import graph as G
     from kernels.dag import host
     case = load_case(rec["case"].removesuffix("_set"))
     o = host.check_params(dict(rec["params"]))
-    programs = 132 * o["ctas_per_sm"]
+    programs = (max(int(r[3]) >> 16 for r in rec["trace"]) + 1) * o["ctas_per_sm"]
     g = G.build(case, host.tiling_for(case, o, programs), o["order"], programs)
     if [x.kind for x in g.tasks] != list(rec["kinds"]):
         raise SystemExit(f"time_split: {rec['case']}'s graph rebuilt from its parameters differs from the trace's")
