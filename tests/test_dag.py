@@ -897,6 +897,7 @@ def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
     import pytest
     from bench.dag import replay as R
     from bench.dag.time_split import trace_graph
+    from kernels.dag import graph as G
     from kernels.dag import sim
     # the graph as replay rebuilds it from a saved trace's case, parameters, kinds and programs (132: one an SM)
     g = _smoke2_graph()
@@ -924,6 +925,15 @@ def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
     assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("link=0.7")) <= base
     assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("task=-0.2 gemm=0.9")) <= base
     assert R.parse_what_if("attn=0.5 link=1.0") == {"attn": 0.5, "link": 1.0}
+    # epilogues within the bodies: halved on every task of 1 µs (an upper bound on its change), never longer
+    epi = [min(1.0, d) for d in body]
+    assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("epi=0.5"), epi=epi) <= base
+    with pytest.raises(ValueError, match="epilogues"):
+        R.replay(g, body, 1.4, 0.3, R.parse_what_if("epi=0.5"))
+    # the same tasks in another queue order keep their bodies
+    g2, b2 = R.reordered(g, dict(case="smoke2", params={"ctas_per_sm": 1}, trace=[one]), body, "measured", 1.4)
+    assert sorted(b2) == pytest.approx(sorted(body)) and len(g2.tasks) == len(g.tasks)
+    assert not G.topological(g2)
     with pytest.raises(SystemExit, match="NAME=VALUE"):
         R.parse_what_if("fast=2")
     with pytest.raises(SystemExit, match="not a number"):

@@ -13,7 +13,8 @@ traced launch; then each what-if changes the bodies or the link and reports the 
 
 A what-if is space-separated NAME=VALUE terms: ``link`` (µs, the link), ``pop`` (µs, a ticket), ``task`` (µs added
 to every body, floored at 0.1), ``gemm`` / ``attn`` / ``ln`` or a kind (``qkv``, ``oproj``, ``ffn1``, ``ffn2``,
-``ln1``, ``ln2``, ``lnf``) (a factor on those bodies, applied before ``task``). Writes ``DIR/replay.json``.
+``ln1``, ``ln2``, ``lnf``) (a factor on those bodies, applied before ``task``), ``epi`` (a factor on the GEMM tasks'
+epilogues within their bodies). Writes ``DIR/replay.json``.
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ import dataclasses
 import json
 import os
 
-from bench.dag.time_split import KIND, trace_graph, work_done
+from bench.dag.time_split import KIND, trace_graph, trace_programs, work_done
 
 GROUPS = {"gemm": ("qkv", "oproj", "ffn1", "ffn2"), "attn": ("attn",), "ln": ("ln1", "ln2", "lnf")}
 DEFAULT_WHAT_IFS = ("link=0.7", "link=1.0", "task=-0.5", "task=-1.0", "gemm=0.9", "attn=0.5", "ln=0.5",
-                    "link=1.0 task=-0.5", "link=0.7 task=-0.5", "link=0")
+                    "link=1.0 task=-0.5", "link=0.7 task=-0.5", "link=0", "epi=0.5 ln=0.6")
 
 
 def bodies(trace) -> list:
@@ -36,10 +37,17 @@ def bodies(trace) -> list:
     return [max(0.1, (work_done(r) - max(r[5], r[1])) / 1e3) for r in _float_trace(trace).tolist()]
 
 
+def epilogues(trace) -> list:
+    """Each GEMM task's measured epilogue, µs (its K loop's end, column 6, to ``time_split.work_done``); 0 for the
+    other kinds (no column 6)."""
+    from bench.dag.ws_dag import _float_trace
+    return [max(0.0, (work_done(r) - r[6]) / 1e3) if r[6] else 0.0 for r in _float_trace(trace).tolist()]
+
+
 def parse_what_if(text: str) -> dict:
     """``"link=0.7 gemm=0.9"`` -> {"link": 0.7, "gemm": 0.9}; a clear error for anything else."""
     out = {}
-    names = {"link", "task", "pop", *GROUPS, *KIND.values()}
+    names = {"link", "task", "pop", "epi", *GROUPS, *KIND.values()}
     for term in text.split():
         k, eq, v = term.partition("=")
         if not eq or k not in names:
@@ -52,22 +60,51 @@ def parse_what_if(text: str) -> dict:
 
 
 def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None = None,
-           programs: int = 132) -> float:
+           programs: int = 132, epi: list | None = None) -> float:
     """Makespan (µs) of graph ``g`` (queue order, ``g.producers``) on ``programs`` programs (form ws: one an SM) with
-    the bodies ``body`` (per task, queue order) changed by ``what`` (``parse_what_if``)."""
+    the bodies ``body`` (per task, queue order) changed by ``what`` (``parse_what_if``; its ``epi`` factor scales the
+    GEMM epilogues ``epi``, per task, within the bodies, before the other factors)."""
     from kernels.dag import sim
     what = dict(what or {})
     link = what.pop("link", link_us)
     pop = what.pop("pop", pop_us)
     add = what.pop("task", 0.0)
+    fe = what.pop("epi", 1.0)
+    if fe != 1.0 and epi is None:
+        raise ValueError("replay: an 'epi' what-if needs the tasks' epilogues (replay.epilogues of the trace)")
     factor = {}
     for k, f in what.items():
         for kind in GROUPS.get(k, (k,)):
             factor[kind] = factor.get(kind, 1.0) * f
+    body = [d - e * (1.0 - fe) for d, e in zip(body, epi)] if fe != 1.0 else body
     g2 = copy.copy(g)
     g2.tasks = [dataclasses.replace(t, cost=max(0.1, d * factor.get(KIND.get(t.kind), 1.0) + add))
                 for t, d in zip(g.tasks, body)]
     return sim.timed(g2, programs, "queue", 0.0, pop, link).makespan_us
+
+
+def reordered(g, rec: dict, body: list, order: str, link_us: float):
+    """(graph, bodies) of the same tasks in another queue order: ``order`` a cost model of ``graph.COST_MODELS`` (the
+    critical order from its costs), or ``measured`` / ``measured+link`` (from the measured bodies themselves, without
+    or with ``link_us`` a link); each task keeps its measured body."""
+    from kernels.dag import graph as G
+    from kernels.dag import host
+    key = lambda t: (t.kind, t.layer, t.a, t.b, t.c)   # noqa: E731
+    dur = {key(t): d for t, d in zip(g.tasks, body)}
+    if order in G.COST_MODELS:
+        o = host.check_params(dict(rec["params"], cost_model=order))
+        programs = trace_programs(rec, o)
+        g2 = G.build(g.case, host.tiling_for(g.case, o, programs), "critical", programs)
+    elif order in ("measured", "measured+link"):
+        seq = sorted((dataclasses.replace(t, cost=dur[key(t)]) for t in g.tasks), key=lambda t: t.seq)
+        prods = G._producer_lists(seq, len(g.goals))
+        perm = G.critical_order(seq, prods, trace_programs(rec, host.check_params(dict(rec["params"]))),
+                                link_us if order == "measured+link" else 0.0)
+        g2 = G.Graph(g.case, g.tiling, [seq[i] for i in perm], g.goals, g.counter_names, "critical")
+        g2.producers = G._producer_lists(g2.tasks, len(g.goals))
+    else:
+        raise SystemExit(f"replay: order {order!r}: one of {sorted(G.COST_MODELS)}, measured, measured+link")
+    return g2, [dur[key(t)] for t in g2.tasks]
 
 
 def main(argv=None) -> int:
@@ -76,6 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--link-us", type=float, default=1.4, help="a producer's end to its dependant's start (µs)")
     ap.add_argument("--pop-us", type=float, default=0.3, help="a ticket (µs)")
     ap.add_argument("--what-if", nargs="*", default=list(DEFAULT_WHAT_IFS))
+    ap.add_argument("--orders", nargs="*", default=[], help="other queue orders replayed on the measured bodies: "
+                    "a cost model (nominal, h200) or measured / measured+link")
     a = ap.parse_args(argv)
     import torch
     from bench.dag.ws_dag import _float_trace
@@ -87,7 +126,7 @@ def main(argv=None) -> int:
     for f in files:
         rec = torch.load(f)
         g = trace_graph(rec)
-        body = bodies(rec["trace"])
+        body, epi = bodies(rec["trace"]), epilogues(rec["trace"])
         t = _float_trace(rec["trace"])
         traced = float((t[:, 4].max() - t[:, 0].min()) / 1e3)
         sms = max(int(r[3]) >> 16 for r in rec["trace"]) + 1   # the trace's programs, one an SM
@@ -96,9 +135,15 @@ def main(argv=None) -> int:
                                     what_if={})
         print(f"{rec['case']}: traced {traced:.1f} us, replayed {base:.1f} us ({100 * (base / traced - 1):+.1f}%)")
         for text, w in whats:
-            v = replay(g, body, a.link_us, a.pop_us, w, sms)
+            v = replay(g, body, a.link_us, a.pop_us, w, sms, epi)
             r["what_if"][text] = dict(us=v, change=v / base - 1)
             print(f"  {text:28} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
+        r["orders"] = {}
+        for order in a.orders:
+            g2, b2 = reordered(g, rec, body, order, a.link_us)
+            v = replay(g2, b2, a.link_us, a.pop_us, programs=sms)
+            r["orders"][order] = dict(us=v, change=v / base - 1)
+            print(f"  order {order:22} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
     tmp = os.path.join(a.src, ".replay.json.tmp")
     with open(tmp, "w") as fh:
         json.dump(res, fh, indent=1)

@@ -163,11 +163,17 @@ def trace_graph(rec: dict):
     from kernels.dag import host
     case = load_case(rec["case"].removesuffix("_set"))
     o = host.check_params(dict(rec["params"]))
-    programs = (max(int(r[3]) >> 16 for r in rec["trace"]) + 1) * o["ctas_per_sm"]
+    programs = trace_programs(rec, o)
     g = G.build(case, host.tiling_for(case, o, programs), o["order"], programs)
     if [x.kind for x in g.tasks] != list(rec["kinds"]):
         raise SystemExit(f"time_split: {rec['case']}'s graph rebuilt from its parameters differs from the trace's")
     return g
+
+
+def trace_programs(rec: dict, o: dict) -> int:
+    """The programs a saved trace's graph was split and ordered for: SMs x ``ctas_per_sm`` (parameters ``o``), the
+    SMs the trace's programs (form ws: one an SM)."""
+    return (max(int(r[3]) >> 16 for r in rec["trace"]) + 1) * o["ctas_per_sm"]
 
 
 def _producers(rec: dict) -> list:
