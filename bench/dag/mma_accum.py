@@ -28,7 +28,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 FORMS = ("bf16x3", "f16f8_two", "f16f8_one", "f16f8_h")
-A_SCALE = 2.0 ** 11     # a_lo's scale in the fp8 pair (f16f8)
 ONE_A = 2.0 ** 3        # f16f8_one: a_hi's scale in the fp16 product (w_hi's: s · 2^8)
 
 
@@ -110,6 +109,8 @@ def _accum(a1_ptr, a2_ptr, b1_ptr, b2_ptr, a8_ptr, b8_ptr, out_ptr, inv, KS: gl.
 def operands(a, w, form: str) -> tuple:
     """The form's operand tensors from fp32 a [64, K] and w [K, 128], laid out per 64-wide K step, and ``inv``."""
     import torch
+
+    from kernels.common.split import F8_A_SCALE, f8_weight_scale   # (host._weight_parts' scales)
     K = a.shape[1]
     KS = K // 64
     steps_a = lambda t: t.reshape(64, KS, 64).permute(1, 0, 2).contiguous()          # [KS, 64, 64]
@@ -122,20 +123,21 @@ def operands(a, w, form: str) -> tuple:
         w_lo = (w - w_hi.float()).to(torch.bfloat16)
         return steps_a(a_hi), steps_a(a_lo), steps_w(w_hi), steps_w(w_lo), dummy, dummy, 1.0
     f8 = torch.float8_e4m3fn
-    s = 2.0 ** torch.floor(torch.log2(224.0 / w.abs().max())).item()
+    s = f8_weight_scale(w.abs().max()).item()
     a_hi = a.to(torch.float16)
     a_lo = a - a_hi.float()
     w_hi = w.to(torch.float16)
     w_lo = w - w_hi.float()
     # a8 per step [64, 128] = [a_lo · 2^11 | a_hi]; w8 per step K-major [128 (n), 128] = [w_hi · s ; w_lo · 2^11 · s]
-    a8 = torch.cat([steps_a((a_lo * A_SCALE)), steps_a(a_hi.float())], dim=2).to(f8)
-    w8 = torch.cat([steps_w(w_hi.float() * s), steps_w(w_lo * A_SCALE * s)], dim=1).transpose(1, 2).contiguous().to(f8)
+    a8 = torch.cat([steps_a((a_lo * F8_A_SCALE)), steps_a(a_hi.float())], dim=2).to(f8)
+    w8 = torch.cat([steps_w(w_hi.float() * s), steps_w(w_lo * F8_A_SCALE * s)], dim=1)
+    w8 = w8.transpose(1, 2).contiguous().to(f8)
     if form == "f16f8_one":
         a16 = steps_a((a_hi.float() * ONE_A).to(torch.float16))
-        w16 = steps_w((w_hi.float() * s * (A_SCALE / ONE_A)).to(torch.float16))
+        w16 = steps_w((w_hi.float() * s * (F8_A_SCALE / ONE_A)).to(torch.float16))
     else:
         a16, w16 = steps_a(a_hi), steps_w(w_hi)
-    return a16, dummy, w16, dummy, a8, w8, 1.0 / (A_SCALE * s)
+    return a16, dummy, w16, dummy, a8, w8, 1.0 / (F8_A_SCALE * s)
 
 
 def measure(K: int, seed: int, a_std: float = 1.0, w_std: float = 0.02) -> list:

@@ -24,7 +24,7 @@ import dataclasses
 import json
 import os
 
-from bench.dag.time_split import KIND, trace_graph, trace_programs, work_done
+from bench.dag.time_split import KIND, trace_graph, trace_programs, trace_sms, work_done
 
 GROUPS = {"gemm": ("qkv", "oproj", "ffn1", "ffn2"), "attn": ("attn",), "ln": ("ln1", "ln2", "lnf")}
 DEFAULT_WHAT_IFS = ("link=0.7", "link=1.0", "task=-0.5", "task=-1.0", "gemm=0.9", "attn=0.5", "ln=0.5",
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
         body, epi = bodies(rec["trace"]), epilogues(rec["trace"])
         t = _float_trace(rec["trace"])
         traced = float((t[:, 4].max() - t[:, 0].min()) / 1e3)
-        sms = max(int(r[3]) >> 16 for r in rec["trace"]) + 1   # the trace's programs, one an SM
+        sms = trace_sms(rec)
         base = replay(g, body, a.link_us, a.pop_us, programs=sms)
         r = res[rec["case"]] = dict(traced_us=traced, replay_us=base, link_us=a.link_us, pop_us=a.pop_us,
                                     what_if={})

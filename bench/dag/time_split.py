@@ -170,10 +170,15 @@ def trace_graph(rec: dict):
     return g
 
 
+def trace_sms(rec: dict) -> int:
+    """The SMs a saved trace ran on: its programs (form ws: one an SM)."""
+    return max(int(r[3]) >> 16 for r in rec["trace"]) + 1
+
+
 def trace_programs(rec: dict, o: dict) -> int:
-    """The programs a saved trace's graph was split and ordered for: SMs x ``ctas_per_sm`` (parameters ``o``), the
-    SMs the trace's programs (form ws: one an SM)."""
-    return (max(int(r[3]) >> 16 for r in rec["trace"]) + 1) * o["ctas_per_sm"]
+    """The programs a saved trace's graph was split and ordered for: ``trace_sms`` x ``ctas_per_sm`` (parameters
+    ``o``)."""
+    return trace_sms(rec) * o["ctas_per_sm"]
 
 
 def _producers(rec: dict) -> list:

@@ -766,16 +766,15 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
     for n, sch, shp in (("ln1", t.scheme_qkv, (M, D)), ("att", t.scheme_o, (M, D)),
                         ("ln2", t.scheme_ffn1, (M, D)), ("f", t.scheme_ffn2, (4, M, D)),
                         ("qkv", "bf16x3", (L, 3, case.B, case.H, case.S, case.dh))):
-        for part in ("hi", "lo"):   # host._buffers (f16f8: lo [2, *shape] fp8)
+        for part in ("hi", "lo"):   # host._buffers
             dtypes[f"{n}_{part}"] = host._part_dtype(sch, True, part)
-            shapes[f"{n}_{part}"] = (*shp[:-1], 2 * shp[-1]) if sch == "f16f8" and part == "lo" else shp
+            shapes[f"{n}_{part}"] = host._part_shape(shp, sch, True, part)
     for n, sch, N, K, bn in (("wqkv", t.scheme_qkv, 3 * D, D, t.block_n_qkv), ("wo", t.scheme_o, D, D, t.block_n_o),
                              ("w1", t.scheme_ffn1, 4 * D, D, t.block_n_ffn1),
                              ("w2", t.scheme_ffn2, D, 4 * D, t.block_n_ffn2)):
-        for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n] (f16f8: lo [L, N/bn, K/64, bn, 128])
+        for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n] (host._weight_parts)
             dtypes[f"{n}_{part}"] = host._part_dtype(sch, True, part)
-            shapes[f"{n}_{part}"] = ((L, -(-N // bn), K // 64, bn, 128) if sch == "f16f8" and part == "lo"
-                                     else (L, -(-N // bn), K, bn))
+            shapes[f"{n}_{part}"] = host._part_shape((L, -(-N // bn), K, bn), sch, True, part, slab=True)
     return compile_for_sm90(mw, dtypes, shapes), case, g, t, mw, dtypes, shapes
 
 

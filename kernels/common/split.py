@@ -12,5 +12,12 @@ def split_hi_lo(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # f16f8 (the dag family's form ws): A's lo part (|lo| <= 2^-11 |A|, A's fp16 rounding) is stored as fp8(lo * 2^11);
-# the weights' as fp8((w - hi) * 2^11 * s)
+# the weights' as fp8((w - hi) * 2^11 * s), s = f8_weight_scale(max |w|)
 F8_A_SCALE = 2.0 ** 11
+F8_W_MAX = 224.0   # the largest scaled |w|: e4m3's largest normal is 448, one binade of headroom
+
+
+def f8_weight_scale(amax: torch.Tensor) -> torch.Tensor:
+    """f16f8's weight scale s for weights of max |w| ``amax`` (a tensor, any shape): the power of two that puts
+    max |w| · s at or below ``F8_W_MAX`` (and above half of it)."""
+    return torch.exp2(torch.floor(torch.log2(F8_W_MAX / amax.clamp_min(torch.finfo(torch.float32).tiny))))

@@ -13,7 +13,7 @@ import triton
 
 from ..cases import Case, variant_params
 from ..common.occupancy import occupancy
-from ..common.split import F8_A_SCALE, split_hi_lo
+from ..common.split import F8_A_SCALE, f8_weight_scale, split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..registry import Unsupported
@@ -238,12 +238,11 @@ def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor
     inv = torch.ones(L, dtype=torch.float32)
     if scheme == "f16f8":
         hi = w.to(torch.float16)
-        amax = w.abs().reshape(L, -1).amax(1).clamp_min(torch.finfo(torch.float32).tiny)
-        s = torch.exp2(torch.floor(torch.log2(224.0 / amax)))[:, None, None, None]
+        s = f8_weight_scale(w.abs().reshape(L, -1).amax(1))[:, None, None, None]
         K, bn = w.shape[2], w.shape[3]
         parts = torch.stack([hi.float() * s, (w - hi.float()) * (F8_A_SCALE * s)], 2)   # [L, nb, 2, K, bn]
         parts = parts.reshape(L, -1, 2, K // 64, 64, bn).permute(0, 1, 3, 5, 2, 4)     # [L, nb, K/64, bn, 2, 64]
-        lo = parts.reshape(L, -1, K // 64, bn, 128).contiguous().to(F8)
+        lo = parts.reshape(_part_shape(w.shape, scheme, True, "lo", slab=True)).contiguous().to(F8)
         inv = (1.0 / (F8_A_SCALE * s.reshape(L))).float().cpu()
         return hi.contiguous(), lo, inv.contiguous()
     if scheme == "bf16x3":
@@ -254,6 +253,18 @@ def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor
         hi, lo = hi.float(), (lo.float() if lo is not hi else None)
         lo = hi if lo is None else lo
     return hi.contiguous(), lo.contiguous(), inv
+
+
+def _part_shape(shape: tuple, scheme: str, gpu: bool, part: str, slab: bool = False) -> tuple:
+    """The shape of a split part of an fp32 tensor of ``shape``: the same, but f16f8's lo part on the GPU — an A
+    buffer's [..., 2D] (per 64 columns the fp8 lo parts, then the hi parts: ``_buffers``), a weight slab's
+    [L, N / bn, K / 64, bn, 128] (``_weight_parts``, slab=True)."""
+    if scheme != "f16f8" or part != "lo" or not gpu:
+        return tuple(shape)
+    if slab:
+        L, nb, K, bn = shape
+        return (L, nb, K // 64, bn, 128)
+    return (*shape[:-1], 2 * shape[-1])
 
 
 def _part_dtype(scheme: str, gpu: bool, part: str = "hi") -> torch.dtype:
@@ -274,8 +285,8 @@ def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
                                 ("att", (M, D), t.scheme_o), ("ln2", (M, D), t.scheme_ffn1),
                                 ("f", (4, M, D), t.scheme_ffn2)):
         out[f"{name}_hi_ptr"] = torch.empty(shape, device=dev, dtype=_part_dtype(scheme, gpu))
-        lo_shape = (*shape[:-1], 2 * shape[-1]) if scheme == "f16f8" and gpu else shape
-        out[f"{name}_lo_ptr"] = torch.empty(lo_shape, device=dev, dtype=_part_dtype(scheme, gpu, "lo"))
+        out[f"{name}_lo_ptr"] = torch.empty(_part_shape(shape, scheme, gpu, "lo"), device=dev,
+                                            dtype=_part_dtype(scheme, gpu, "lo"))
     return out
 
 
