@@ -798,8 +798,16 @@ def test_feed_rate_probe_compiles_for_sm90():
     r = json.loads(out.stdout.strip().splitlines()[-1])
     for b in (4, 6):
         f = r[f"{b}x4"]
-        assert f["tma"] == 4 * b and f["waits"] == 1, r
+        assert f["tma"] == 4 * b and f["waits"] == 1 and f["cluster_ctas"] == 1, r
         assert 4 * b * 8192 <= f["shared"] <= 232448, r
+    # a 2-CTA cluster whose every box is one tile for both CTAs: Triton 3.6 still issues a copy a CTA, none
+    # multicast (docs/dag.md "Results" 46: a weight tile read once for two SMs needs the PTX written by hand)
+    out = subprocess.run([sys.executable, "-m", "bench.dag.feed_rate", "--compile", "--boxes", "4", "--cluster", "2"],
+                         capture_output=True, text=True, env=env, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    f = json.loads(out.stdout.strip().splitlines()[-1])["4x4"]
+    assert f["cluster_ctas"] == 2 and f["tma"] == 16 and f["multicast"] == 0, f
 
 
 def test_ws_chain_reference_is_the_split_operands_chain():
@@ -930,6 +938,15 @@ def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
     assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("epi=0.5"), epi=epi) <= base
     with pytest.raises(ValueError, match="epilogues"):
         R.replay(g, body, 1.4, 0.3, R.parse_what_if("epi=0.5"))
+    # K loops within the bodies: the trace's column 6 (the K loop's end) on every other task, halfway through
+    kt = [r[:6] + [(r[5] + r[4]) / 2 if i % 2 else 0] + r[7:] for i, r in enumerate(trace)]
+    kl = R.kloops(kt)
+    assert kl == pytest.approx([(f - s) / 2 if i % 2 else 0.0 for i, (s, f) in enumerate(zip(start, finish))])
+    assert R.replay(g, body, 1.4, 0.3, R.parse_what_if("kloop=1"), kloop=kl) == pytest.approx(base)
+    half = R.replay(g, body, 1.4, 0.3, R.parse_what_if("kloop=0.5"), kloop=kl)
+    assert half <= base and half >= R.replay(g, body, 1.4, 0.3, R.parse_what_if("kloop=0"), kloop=kl)
+    with pytest.raises(ValueError, match="K loops"):
+        R.replay(g, body, 1.4, 0.3, R.parse_what_if("kloop=0.5"))
     # the same tasks in another queue order keep their bodies
     g2, b2 = R.reordered(g, dict(case="smoke2", params={"ctas_per_sm": 1}, trace=[one]), body, "measured", 1.4)
     assert sorted(b2) == pytest.approx(sorted(body)) and len(g2.tasks) == len(g.tasks)
@@ -938,6 +955,22 @@ def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
         R.parse_what_if("fast=2")
     with pytest.raises(SystemExit, match="not a number"):
         R.parse_what_if("link=x")
+
+
+def test_time_split_step_bytes_by_scheme_and_tile():
+    """``bench.dag.time_split.step_bytes``: a 64-deep K step's operand bytes a GEMM kind, by its scheme's parts and
+    its tile (64-row A tiles in hi / lo, W tiles of block_n columns in the scheme's parts)."""
+    import dataclasses
+
+    import pytest
+    from bench.dag.time_split import step_bytes
+    from kernels.dag import graph as G
+    t = G.Tiling(block_n_qkv=64, block_n_o=128, block_n_ffn1=64, block_n_ffn2=128, scheme_ffn1="f16_w1")
+    assert step_bytes(t) == dict(qkv=32768, oproj=49152, ffn1=24576, ffn2=49152)
+    t12 = dataclasses.replace(t, block_m=128, block_n_qkv=128, scheme_qkv="f16f8", block_n_ffn1=128)
+    assert step_bytes(t12) == dict(qkv=65536, oproj=65536, ffn1=49152, ffn2=65536)
+    with pytest.raises(ValueError, match="scheme"):
+        step_bytes(dataclasses.replace(t, scheme_o="fp4"))
 
 
 def _smoke2_graph():

@@ -8,6 +8,8 @@ row blocks of a GEMM read its weight tiles.
 
     python -m bench.dag.feed_rate --out DIR            # GPU: one JSON, a line per configuration
     python -m bench.dag.feed_rate --compile            # CPU: the sm_90a compile's TMA copies and waits (tested)
+    python -m bench.dag.feed_rate --compile --cluster 2   # CPU: the same ring in a 2-CTA cluster, each box one
+                                                          # tile for both CTAs: multicast or not (tested)
 
 Per configuration: the CTAs' median µs a step, bytes a clock an SM (``clock64``) and GB/s an SM and in all.
 """
@@ -28,8 +30,8 @@ T64 = gl.constexpr(64)
 
 @gluon.jit
 def _feed(src_d, out_ptr, rows, ITERS: gl.constexpr, BOXES: gl.constexpr, STAGES: gl.constexpr,
-          num_warps: gl.constexpr):
-    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+          num_warps: gl.constexpr, LAY: gl.constexpr = None):
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0]) if LAY is None else LAY
     NT: gl.constexpr = 32 * num_warps
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES * BOXES, T64, T64], src_d.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -79,21 +81,32 @@ def measure(boxes: int, stages: int, programs: int, iters: int, mb: int) -> dict
                 gbs_per_sm=step * iters / ns, gbs_all=step * iters / ns * programs)
 
 
-def compile_form(boxes: int = 6, stages: int = 4, iters: int = 64) -> dict:
+def compile_form(boxes: int = 6, stages: int = 4, iters: int = 64, cluster: int = 1) -> dict:
     """``_feed`` compiled for sm_90a without a GPU: its TMA copies (the first stages − 1 steps unrolled, then one
-    step's in the loop), mbarrier waits and shared memory."""
+    step's in the loop), mbarrier waits and shared memory. ``cluster`` > 1: launched as clusters of that many CTAs
+    (``num_ctas``) with the ring's layout one tile for all of them (``cga_layout`` [[0, 0]] a doubling), the shape a
+    weight tile shared by a cluster's row blocks would take: ``multicast`` counts the copies Triton issues with
+    ``.multicast::cluster`` (one L2 read for every CTA), ``cluster_ctas`` the PTX's ``.reqnctapercluster``."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
 
     from bench.common.sm90_report import compile_gluon
+    import re
     rows = 65536
+    cga = [[0, 0]] * (cluster.bit_length() - 1) if cluster > 1 else None
     d = TensorDescriptor(torch.empty(rows, 64, dtype=torch.bfloat16), [rows, 64], [64, 1], [64, 64],
-                         gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16))
+                         gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16, cga_layout=cga))
     cst = dict(ITERS=iters, BOXES=boxes, STAGES=stages, num_warps=4)
-    k = compile_gluon(_feed, {"src_d": mangle_type(d), "out_ptr": "*i64", "rows": "i32"}, cst, num_warps=4)
+    if cga:   # the stamps' layout over the cluster's CTAs too (each CTA its own copy)
+        cst["LAY"] = gl.BlockedLayout([1], [32], [4], [0], cga_layout=[[0]] * len(cga))
+    k = compile_gluon(_feed, {"src_d": mangle_type(d), "out_ptr": "*i64", "rows": "i32"}, cst, num_warps=4,
+                      num_ctas=cluster)
     ptx = k.asm["ptx"]
-    return dict(tma=ptx.count("cp.async.bulk.tensor"), waits=ptx.count("mbarrier.try_wait"), shared=k.metadata.shared)
+    ctas = re.search(r"\.reqnctapercluster (\d+)", ptx)
+    return dict(tma=ptx.count("cp.async.bulk.tensor"), waits=ptx.count("mbarrier.try_wait"), shared=k.metadata.shared,
+                multicast=len(re.findall(r"cp\.async\.bulk\.tensor\S*multicast::cluster", ptx)),
+                cluster_ctas=int(ctas.group(1)) if ctas else 1)
 
 
 def main(argv=None) -> int:
@@ -105,10 +118,13 @@ def main(argv=None) -> int:
     ap.add_argument("--programs", nargs="+", type=int, default=[0, 8], help="0: one an SM")
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--mb", type=int, default=8)
+    ap.add_argument("--cluster", type=int, default=1, choices=[1, 2, 4], help="--compile only: CTAs a cluster")
     a = ap.parse_args(argv)
     if a.compile:
-        print(json.dumps({f"{b}x{s}": compile_form(b, s) for b in a.boxes for s in a.stages}))
+        print(json.dumps({f"{b}x{s}": compile_form(b, s, cluster=a.cluster) for b in a.boxes for s in a.stages}))
         return 0
+    if a.cluster != 1:
+        raise SystemExit("feed_rate: --cluster is a compile check (--compile); the GPU run has no cluster form")
     if not a.out:
         raise SystemExit("feed_rate: --out DIR (GPU) or --compile (CPU)")
     import torch

@@ -14,7 +14,7 @@ traced launch; then each what-if changes the bodies or the link and reports the 
 A what-if is space-separated NAME=VALUE terms: ``link`` (µs, the link), ``pop`` (µs, a ticket), ``task`` (µs added
 to every body, floored at 0.1), ``gemm`` / ``attn`` / ``ln`` or a kind (``qkv``, ``oproj``, ``ffn1``, ``ffn2``,
 ``ln1``, ``ln2``, ``lnf``) (a factor on those bodies, applied before ``task``), ``epi`` (a factor on the GEMM tasks'
-epilogues within their bodies). Writes ``DIR/replay.json``.
+epilogues within their bodies), ``kloop`` (a factor on their K loops). Writes ``DIR/replay.json``.
 """
 from __future__ import annotations
 
@@ -44,10 +44,17 @@ def epilogues(trace) -> list:
     return [max(0.0, (work_done(r) - r[6]) / 1e3) if r[6] else 0.0 for r in _float_trace(trace).tolist()]
 
 
+def kloops(trace) -> list:
+    """Each GEMM task's measured K loop, µs (its start, as ``bodies``', to the K loop's end, column 6); 0 for the
+    other kinds."""
+    from bench.dag.ws_dag import _float_trace
+    return [max(0.0, (r[6] - max(r[5], r[1])) / 1e3) if r[6] else 0.0 for r in _float_trace(trace).tolist()]
+
+
 def parse_what_if(text: str) -> dict:
     """``"link=0.7 gemm=0.9"`` -> {"link": 0.7, "gemm": 0.9}; a clear error for anything else."""
     out = {}
-    names = {"link", "task", "pop", "epi", *GROUPS, *KIND.values()}
+    names = {"link", "task", "pop", "epi", "kloop", *GROUPS, *KIND.values()}
     for term in text.split():
         k, eq, v = term.partition("=")
         if not eq or k not in names:
@@ -60,10 +67,11 @@ def parse_what_if(text: str) -> dict:
 
 
 def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None = None,
-           programs: int = 132, epi: list | None = None) -> float:
+           programs: int = 132, epi: list | None = None, kloop: list | None = None) -> float:
     """Makespan (µs) of graph ``g`` (queue order, ``g.producers``) on ``programs`` programs (form ws: one an SM) with
     the bodies ``body`` (per task, queue order) changed by ``what`` (``parse_what_if``; its ``epi`` factor scales the
-    GEMM epilogues ``epi``, per task, within the bodies, before the other factors)."""
+    GEMM epilogues ``epi``, per task, within the bodies, and its ``kloop`` factor the GEMM K loops ``kloop``, both
+    before the other factors)."""
     from kernels.dag import sim
     what = dict(what or {})
     link = what.pop("link", link_us)
@@ -76,7 +84,11 @@ def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None
     for k, f in what.items():
         for kind in GROUPS.get(k, (k,)):
             factor[kind] = factor.get(kind, 1.0) * f
+    fk = what.pop("kloop", 1.0)
+    if fk != 1.0 and kloop is None:
+        raise ValueError("replay: a 'kloop' what-if needs the tasks' K loops (replay.kloops of the trace)")
     body = [d - e * (1.0 - fe) for d, e in zip(body, epi)] if fe != 1.0 else body
+    body = [d - k * (1.0 - fk) for d, k in zip(body, kloop)] if fk != 1.0 else body
     g2 = copy.copy(g)
     g2.tasks = [dataclasses.replace(t, cost=max(0.1, d * factor.get(KIND.get(t.kind), 1.0) + add))
                 for t, d in zip(g.tasks, body)]
@@ -126,7 +138,7 @@ def main(argv=None) -> int:
     for f in files:
         rec = torch.load(f)
         g = trace_graph(rec)
-        body, epi = bodies(rec["trace"]), epilogues(rec["trace"])
+        body, epi, kl = bodies(rec["trace"]), epilogues(rec["trace"]), kloops(rec["trace"])
         t = _float_trace(rec["trace"])
         traced = float((t[:, 4].max() - t[:, 0].min()) / 1e3)
         sms = trace_sms(rec)
@@ -135,7 +147,7 @@ def main(argv=None) -> int:
                                     what_if={})
         print(f"{rec['case']}: traced {traced:.1f} us, replayed {base:.1f} us ({100 * (base / traced - 1):+.1f}%)")
         for text, w in whats:
-            v = replay(g, body, a.link_us, a.pop_us, w, sms, epi)
+            v = replay(g, body, a.link_us, a.pop_us, w, sms, epi, kl)
             r["what_if"][text] = dict(us=v, change=v / base - 1)
             print(f"  {text:28} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
         r["orders"] = {}

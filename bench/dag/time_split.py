@@ -49,6 +49,21 @@ def gemm_steps(meta: dict) -> dict:
     return {1: D // 64, 3: -(-meta["K_CHUNK_O"] // 64), 5: D // 64, 6: -(-meta["K_CHUNK_FFN2"] // 64)}
 
 
+def step_bytes(t) -> dict:
+    """Bytes one 64-deep K step of each GEMM kind brings into shared memory (graph.Tiling ``t``): A's block_m rows
+    and W's block_n columns in the kind's scheme's operand parts (bf16x3: A and W hi / lo bf16; f16_w1: A hi / lo
+    fp16, W one fp16 part; f16f8: A and W fp16 plus their fp8 [.., 128] pairs, as many bytes as bf16x3's)."""
+    w_parts = {"bf16x3": 4, "f16f8": 4, "f16_w1": 2}   # bytes a W element, all its parts
+    out = {}
+    for k, name in GEMM.items():
+        scheme, bn = getattr(t, f"scheme_{name}" if name != "oproj" else "scheme_o"), \
+            getattr(t, f"block_n_{name}" if name != "oproj" else "block_n_o")
+        if scheme not in w_parts:
+            raise ValueError(f"time_split: no operand bytes known for scheme {scheme!r}")
+        out[name] = t.block_m * 64 * 4 + bn * 64 * w_parts[scheme]
+    return out
+
+
 def split(trace, kinds: list, steps: dict) -> dict:
     """The per-program split of a trace ([tasks, 8] ns stamps, form ws) and the GEMM kinds' time a K step. A task's
     phases start where ``bench.dag.ws_dag.phase_profile``'s do: at the later of the take and the wait done."""
@@ -170,6 +185,14 @@ def trace_graph(rec: dict):
     return g
 
 
+def trace_tiling(rec: dict):
+    """The graph.Tiling a saved trace ran, from its parameters as ``prepare`` derives it."""
+    from kernels import load_case
+    from kernels.dag import host
+    o = host.check_params(dict(rec["params"]))
+    return host.tiling_for(load_case(rec["case"].removesuffix("_set")), o, trace_programs(rec, o))
+
+
 def trace_sms(rec: dict) -> int:
     """The SMs a saved trace ran on: its programs (form ws: one an SM)."""
     return max(int(r[3]) >> 16 for r in rec["trace"]) + 1
@@ -251,9 +274,14 @@ def main(argv=None) -> int:
         print(f"{rec['case']}: {r['kernel_us']:.1f} us traced, {r['programs']} programs", flush=True)
         for k, v in r["per_program_us"].items():
             print(f"  {k:22} {v:7.1f} us  {100 * r['share'][k]:5.1f}%")
+        nb = step_bytes(trace_tiling(rec))
         for k, v in r["k_step"].items():
+            v.update(bytes=nb[k], gbs_sm=nb[k] / v["step_us"] / 1e3,
+                     gbs_all=nb[k] / v["step_us"] / 1e3 * v["concurrency"][1])
             print(f"  {k:6} K step {v['step_us']:.3f} us ({v['steps']} a task; {v['step_us_fewest']:.3f} with the "
-                  f"fewest programs in a K loop, {v['step_us_most']:.3f} with the most)")
+                  f"fewest programs in a K loop, {v['step_us_most']:.3f} with the most): {nb[k] // 1024} KB, "
+                  f"{v['gbs_sm']:.0f} GB/s an SM, {v['gbs_all'] / 1e3:.1f} TB/s at the median "
+                  f"{v['concurrency'][1]:.0f} programs in a K loop")
         r["critical_path"] = cp = critical_path(rec["trace"], rec["kinds"], _producers(rec))
         print(f"  critical path: {cp['tasks']} tasks")
         for k, v in sorted(cp["segments"].items(), key=lambda kv: -kv[1]["us"]):
