@@ -1009,3 +1009,32 @@ def test_f16f8_weight_parts_hold_the_weight_k_major():
     assert torch.all((rebuilt - w).abs() <= rest / 16 + sub + w.abs() * 2.0 ** -23)
     assert torch.all((hi8 / sc - hi.float()).abs() <= hi.float().abs() / 16 + 2.0 ** -10 / sc)
     assert (rebuilt - w).abs().max() < (w - hi.float()).abs().max() / 8            # the parts add precision
+
+
+def test_mcast_feed_probe_compiles_for_sm90():
+    """``bench.dag.mcast_feed`` (GPU only to run; docs/dag.md "Results" 46): both forms compile for a 2-CTA cluster
+    through ptxas; ``copy`` loads every box itself, ``mcast`` its A boxes plainly and each W box as a multicast (half
+    of them a CTA, chosen at run time); the ring is the kernel's only shared memory (its PTX addresses start at 0);
+    two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs; bad steps
+    are refused with the fix."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x2", "2x4"],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for a, w in ((2, 2), (2, 4)):
+        c, m = r[f"copy_{a}x{w}"], r[f"mcast_{a}x{w}"]
+        # the prologue's 4 steps unrolled, then the loop's one
+        assert c["copies"] == 5 * (a + w) and c["multicast"] == 0, r
+        assert m["copies"] == 5 * a and m["multicast"] == 5 * w, r
+        for f in (c, m):
+            assert f["cluster_ctas"] == 2 and f["shared"] == f["need"] <= 232448, f
+            assert f["waits"] == 2 and f["inits"] == 8 and f["remote_arrives"] == 2, f
+    bad = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x3"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=root)
+    assert bad.returncode != 0 and "even number of W boxes" in bad.stderr, bad.stderr[-500:]
