@@ -762,6 +762,14 @@ def test_mma_rate_probe_compiles_for_sm90():
     assert r["fp8_m64"]["wgmma"] == r["fp8_m128"]["wgmma"] == {f8: 4}, r
     assert r["mix_m64"]["wgmma"] == {f16: 4, f8: 4} and r["fp16x2_m64"]["wgmma"] == {f16: 8}, r
     assert r["mix_m64"]["waits"] == ["2", "0"] and r["fp16_m64"]["waits"] == ["1", "0"], r
+    # form ws's K steps: the scheme's products a step at N = 64 or 128, the step's groups left in flight
+    out = subprocess.run([sys.executable, "-m", "bench.dag.mma_rate", "--compile", "--forms", "bf16x3_n64",
+                          "f16w1_n128"], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["bf16x3_n64"] == {"wgmma": {"m64n64k16.f32.bf16.bf16": 12}, "waits": ["3", "0"]}, r
+    assert r["f16w1_n128"] == {"wgmma": {"m64n128k16.f32.f16.f16": 8}, "waits": ["2", "0"]}, r
 
 
 def test_mma_accum_probe_compiles_for_sm90():

@@ -7,6 +7,11 @@ are left uninitialized: the values do not change an MMA's time.
 
     python -m bench.dag.mma_rate --out DIR            # GPU: one JSON, a line per form
     python -m bench.dag.mma_rate --compile            # CPU: each form's sm_90a wgmma (tests/test_dag.py)
+    python -m bench.dag.mma_rate --out DIR --forms bf16x3_n64 bf16x3_n128 f16w1_n64 f16w1_n128
+
+The last: form ws's GEMM K steps on 64-row tiles alone (``STEPS``: the scheme's products of depth 64 on [64, 64] A
+tiles and [64, N] W tiles, as its consumer issues them, one step's groups left in flight), the products' time of a
+step the traced K steps are set against (docs/dag.md "Results" 46 assumes N = 64 at half N = 128's time; not yet run).
 
 Per form: TFLOP/s over all CTAs (the grid is the SM count), per SM and clock (dense fp16 peak: 4096 flops a clock an
 SM, fp8 8192 by the datasheet's ratio), and the SM clock the kernel ran at. ``mix_m64`` is f16f8's K step (the fp16
@@ -106,6 +111,41 @@ def _rate(out_ptr, ITERS: gl.constexpr, FP8: gl.constexpr, ROWS: gl.constexpr, I
     _finish(out_ptr, t0, c0, gl.sum(gl.sum(acc, axis=1), axis=0), lay, 32 * num_warps)   # (s: the products alive)
 
 
+@gluon.jit
+def _rate_step(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr, num_warps: gl.constexpr):
+    """form ws's GEMM K step on 64-row tiles as its consumer issues it (``ws_kernel._gemm_step_at``): NP = 3, bf16x3
+    (a_lo·w_hi, a_hi·w_lo, a_hi·w_hi, bf16) or NP = 2, f16_w1 (a_lo·w, a_hi·w, fp16), each of depth 64 into one
+    accumulator [64, BN], then a wait leaving this step's NP groups in flight (the previous step's done)."""
+    dt: gl.constexpr = gl.bfloat16 if NP == 3 else gl.float16
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BN, 16])
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    la: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], dt)
+    lb: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BN], dt)
+    a_hi = gl.allocate_shared_memory(dt, [64, 64], la)
+    a_lo = gl.allocate_shared_memory(dt, [64, 64], la)
+    w_hi = gl.allocate_shared_memory(dt, [64, BN], lb)
+    w_lo = gl.allocate_shared_memory(dt, [64, BN], lb)
+    acc = gl.zeros([64, BN], gl.float32, layout=mma)
+    t0 = _stamp(_NOW, lay, 32 * num_warps)
+    c0 = _stamp(_CLK, lay, 32 * num_warps)
+    for i in range(ITERS):
+        acc = warpgroup_mma(a_lo, w_hi, acc, is_async=True)
+        if NP == 3:
+            acc = warpgroup_mma(a_hi, w_lo, acc, is_async=True)
+        acc = warpgroup_mma(a_hi, w_hi, acc, is_async=True)
+        acc = warpgroup_mma_wait(NP, deps=(acc, ))
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    _finish(out_ptr, t0, c0, gl.sum(gl.sum(acc, axis=1), axis=0), lay, 32 * num_warps)
+
+
+STEPS = {   # name: (products a step, N): form ws's K steps on 64-row tiles (docs/dag.md "Results" 46)
+    "bf16x3_n64": (3, 64),
+    "bf16x3_n128": (3, 128),
+    "f16w1_n64": (2, 64),
+    "f16w1_n128": (2, 128),
+}
+
 FORMS = {   # name: (fp8, rows, warps); fp8 "mix": f16f8's K step (an fp16 product of depth 64, an fp8 one of 128)
     "fp16_m64": (False, 64, 4),
     "mix_m64": ("mix", 64, 4),
@@ -116,8 +156,26 @@ FORMS = {   # name: (fp8, rows, warps); fp8 "mix": f16f8's K step (an fp16 produ
 }
 
 
+def measure_step(name: str, iters: int) -> dict:
+    """A form of ``STEPS`` timed as ``measure``'s: its µs a K step and its products' rate."""
+    import torch
+    np_, bn = STEPS[name]
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    out = torch.zeros(n_sm, 4, dtype=torch.int64, device="cuda")
+    for _ in range(3):
+        _rate_step[(n_sm, )](out, ITERS=iters, BN=bn, NP=np_, num_warps=4)
+        torch.cuda.synchronize()
+    ns = out[:, 0].double().median().item()
+    cyc = out[:, 1].double().median().item()
+    flops = 2.0 * 64 * bn * 64 * np_ * iters
+    return dict(form=name, iters=iters, inflight=np_, rows=64, k_step=64 * np_, ns=ns, cycles=cyc, ghz=cyc / ns,
+                tflops=flops * n_sm / ns / 1e3, flops_per_clk_sm=flops / cyc, us_per_step=ns / iters / 1e3)
+
+
 def measure(name: str, iters: int, inflight: int) -> dict:
     import torch
+    if name in STEPS:
+        return measure_step(name, iters)
     fp8, rows, warps = FORMS[name]
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
     out = torch.zeros(n_sm, 4, dtype=torch.int64, device="cuda")
@@ -151,18 +209,22 @@ def save(out: str, name: str, rows: list) -> None:
     os.replace(tmp, os.path.join(out, name))
 
 
-def compile_form(name: str, iters: int = 64, inflight: int = 1) -> dict:
+def compile_form(name: str, iters: int = 4, inflight: int = 1) -> dict:
     """``name`` compiled for sm_90a without a GPU: its wgmma instructions (shape and types: count in the PTX) and
     wgmma waits."""
     import collections
     import re
 
     from bench.common.sm90_report import compile_gluon
-    fp8, rows, warps = FORMS[name]
-    mix = fp8 in ("mix", "fp16x2")
-    fn = _rate_mix if mix else _rate
-    cst = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
-    cst.update(SECOND8=fp8 == "mix") if mix else cst.update(FP8=fp8)
+    if name in STEPS:
+        np_, bn = STEPS[name]
+        fn, warps, cst = _rate_step, 4, dict(ITERS=iters, BN=bn, NP=np_, num_warps=4)
+    else:
+        fp8, rows, warps = FORMS[name]
+        mix = fp8 in ("mix", "fp16x2")
+        fn = _rate_mix if mix else _rate
+        cst = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
+        cst.update(SECOND8=fp8 == "mix") if mix else cst.update(FP8=fp8)
     ptx = compile_gluon(fn, {"out_ptr": "*i64"}, cst, num_warps=warps).asm["ptx"]
     return dict(wgmma=dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+\.\w+\.\w+\.\w+)",
                                                            ptx))),
@@ -173,7 +235,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="folder for mma_rate.json (GPU)")
     ap.add_argument("--compile", action="store_true", help="compile each form for sm_90a (no GPU), print JSON")
-    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS) + list(STEPS),
+                    help=f"default: the single-product forms; the K steps of form ws: {' '.join(STEPS)}")
     ap.add_argument("--iters", type=int, default=4096)
     ap.add_argument("--inflight", type=int, default=1, help="wgmma groups left in flight after each issue")
     a = ap.parse_args(argv)
