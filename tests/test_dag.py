@@ -965,6 +965,45 @@ def test_replay_of_a_trace_reproduces_its_schedule_and_prices_what_ifs():
         R.parse_what_if("link=x")
 
 
+def test_replay_paired_takes_gemm_tasks_by_row_block_pairs():
+    """``bench.dag.replay.pairs`` / ``replay_paired``: a GEMM task goes with the same kind, layer, column tile and K
+    split on the other row block of its pair, every other task alone; a pair runs on one cluster's two programs from
+    the later of both free and both tasks' dependencies (a link after each producer) for the longer body; ``kloop``
+    shortens the paired tasks' K loops only."""
+    import types
+
+    import pytest
+    from bench.dag import replay as R
+    from kernels.dag.graph import Task
+    from kernels import load_case
+    from kernels.dag import graph as G
+    from kernels.dag import host
+    case = load_case("case02")   # 256 tokens: 4 row blocks, 2 pairs
+    o = host.check_params({"ctas_per_sm": 1})
+    g = G.build(case, host.tiling_for(case, o, 132), o["order"], 132)
+    groups = R.pairs(g)
+    assert sorted(i for grp in groups for i in grp) == list(range(len(g.tasks)))
+    two = [grp for grp in groups if len(grp) == 2]
+    assert all((len(grp) == 2) == (g.tasks[grp[0]].kind in (1, 3, 5, 6)) for grp in groups)   # every GEMM paired
+    for i, j in two:
+        ti, tj = g.tasks[i], g.tasks[j]
+        assert (ti.kind, ti.layer, ti.b, ti.c, ti.a // 2) == (tj.kind, tj.layer, tj.b, tj.c, tj.a // 2) and ti.a != tj.a
+    # an LN task (1 µs), then QKV on row blocks 0 and 1 (2 and 3 µs) after it, on one cluster
+    toy = types.SimpleNamespace(tasks=[Task(kind=0, layer=0, a=0), Task(kind=1, layer=0, a=0), Task(kind=1, layer=0,
+                                                                                                     a=1)],
+                                producers=[[], [0], [0]])
+    assert R.pairs(toy) == [(0, ), (1, 2)]
+    body, kl = [1.0, 2.0, 3.0], [0.0, 2.0, 2.0]
+    for d in ("first", "cluster"):   # LN 0.3-1.3; the pair from 1.3 + 1.4 for max(2, 3)
+        assert R.replay_paired(toy, body, 1.4, 0.3, {}, 2, kloop=kl, dispatch=d) == pytest.approx(5.7)
+        assert R.replay_paired(toy, body, 1.4, 0.3, {"kloop": 0.5}, 2, kloop=kl, dispatch=d) == pytest.approx(4.7)
+    assert R.replay_paired(toy, body, 1.0, 0.3, {"link": 0.5}, 2, kloop=kl) == pytest.approx(4.8)
+    with pytest.raises(ValueError, match="dispatch"):
+        R.replay_paired(toy, body, 1.4, 0.3, {}, 2, dispatch="any")
+    with pytest.raises(ValueError, match="K loops"):
+        R.replay_paired(toy, body, 1.4, 0.3, {"kloop": 0.5}, 2)
+
+
 def test_time_split_step_bytes_by_scheme_and_tile():
     """``bench.dag.time_split.step_bytes``: a 64-deep K step's operand bytes a GEMM kind, by its scheme's parts and
     its tile (64-row A tiles in hi / lo, W tiles of block_n columns in the scheme's parts)."""

@@ -10,6 +10,7 @@ traced launch; then each what-if changes the bodies or the link and reports the 
 
     python -m bench.dag.replay --from DIR                      # time_split's saved traces (trace_caseNN.pt)
     python -m bench.dag.replay --from DIR --what-if "link=0.7" "task=-0.5" "gemm=0.9" "attn=0.5 link=1.0"
+    python -m bench.dag.replay --from DIR --what-if "kloop=0.8" --paired   # the GEMM tasks by pairs on clusters
 
 A what-if is space-separated NAME=VALUE terms: ``link`` (µs, the link), ``pop`` (µs, a ticket), ``task`` (µs added
 to every body, floored at 0.1), ``gemm`` / ``attn`` / ``ln`` or a kind (``qkv``, ``oproj``, ``ffn1``, ``ffn2``,
@@ -73,6 +74,69 @@ def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None
     GEMM epilogues ``epi``, per task, within the bodies, and its ``kloop`` factor the GEMM K loops ``kloop``, both
     before the other factors)."""
     from kernels.dag import sim
+    g2, link, pop = _changed(g, body, link_us, pop_us, what, epi, kloop)
+    return sim.timed(g2, programs, "queue", 0.0, pop, link).makespan_us
+
+
+def pairs(g) -> list:
+    """The graph's tasks as a 2-CTA cluster would take them: a GEMM task with the task of the same kind, layer,
+    column tile and K split on the other row block of its pair (row blocks 2j and 2j + 1) as one pair, every other
+    task alone. A list of tuples of queue indices, in the queue order of each group's first task."""
+    first, groups = {}, []
+    for i, t in enumerate(g.tasks):
+        if KIND.get(t.kind) in GROUPS["gemm"]:
+            key = (t.kind, t.layer, t.a // 2, t.b, t.c)
+            if key in first:
+                groups[first.pop(key)] += (i, )
+                continue
+            first[key] = len(groups)
+        groups.append((i, ))
+    return groups
+
+
+def replay_paired(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None = None,
+                  programs: int = 132, epi: list | None = None, kloop: list | None = None,
+                  dispatch: str = "first") -> float:
+    """``replay`` with the GEMM tasks taken by pairs (``pairs``) on clusters of two programs (programs 2c and 2c + 1
+    are cluster c). A single task's ticket goes to the first free program. A pair's ticket (``dispatch``): "first",
+    to the first free program, which waits for its cluster's other program to be done with its task; "cluster", to
+    the cluster whose two programs are both free first. Both run the pair from the later of that and the two tasks'
+    dependencies (each a link after its producers' ends) until the longer of the two bodies is done (lock-step: each
+    K step's W tile is the cluster's). ``what``'s ``kloop`` factor, for a tile read once for both, applies to the
+    paired tasks' K loops only. Makespan, µs."""
+    if dispatch not in ("first", "cluster"):
+        raise ValueError(f"replay: dispatch {dispatch!r}: first or cluster")
+    what = dict(what or {})
+    fk = what.pop("kloop", 1.0)
+    g2, link, pop = _changed(g, body, link_us, pop_us, what, epi, kloop)
+    cost = [t.cost for t in g2.tasks]
+    if fk != 1.0:
+        if kloop is None:
+            raise ValueError("replay: a 'kloop' what-if needs the tasks' K loops (replay.kloops of the trace)")
+        for grp in pairs(g):
+            for i in grp if len(grp) == 2 else ():
+                cost[i] = max(0.1, cost[i] - kloop[i] * (1.0 - fk))
+    free = [0.0] * programs
+    finish = [0.0] * len(cost)
+    for grp in pairs(g):
+        if len(grp) == 2 and dispatch == "cluster":
+            c = min(range(programs // 2), key=lambda c: (max(free[2 * c], free[2 * c + 1]), c))
+            cpu = (2 * c, 2 * c + 1)
+        else:
+            k = min(range(programs), key=lambda j: (free[j], j))
+            cpu = (k, k ^ 1) if len(grp) == 2 else (k, )
+        start = max([max(free[j] for j in cpu) + pop] + [finish[p] + link for i in grp for p in g.producers[i]])
+        end = start + max(cost[i] for i in grp)
+        for i in grp:
+            finish[i] = end
+        for j in cpu:
+            free[j] = end
+    return max(finish, default=0.0)
+
+
+def _changed(g, body: list, link_us: float, pop_us: float, what: dict | None, epi: list | None,
+             kloop: list | None):
+    """(graph with the changed bodies as its tasks' costs, link, pop) for ``replay``'s ``what``."""
     what = dict(what or {})
     link = what.pop("link", link_us)
     pop = what.pop("pop", pop_us)
@@ -80,19 +144,19 @@ def replay(g, body: list, link_us: float, pop_us: float = 0.3, what: dict | None
     fe = what.pop("epi", 1.0)
     if fe != 1.0 and epi is None:
         raise ValueError("replay: an 'epi' what-if needs the tasks' epilogues (replay.epilogues of the trace)")
+    fk = what.pop("kloop", 1.0)
+    if fk != 1.0 and kloop is None:
+        raise ValueError("replay: a 'kloop' what-if needs the tasks' K loops (replay.kloops of the trace)")
     factor = {}
     for k, f in what.items():
         for kind in GROUPS.get(k, (k,)):
             factor[kind] = factor.get(kind, 1.0) * f
-    fk = what.pop("kloop", 1.0)
-    if fk != 1.0 and kloop is None:
-        raise ValueError("replay: a 'kloop' what-if needs the tasks' K loops (replay.kloops of the trace)")
     body = [d - e * (1.0 - fe) for d, e in zip(body, epi)] if fe != 1.0 else body
     body = [d - k * (1.0 - fk) for d, k in zip(body, kloop)] if fk != 1.0 else body
     g2 = copy.copy(g)
     g2.tasks = [dataclasses.replace(t, cost=max(0.1, d * factor.get(KIND.get(t.kind), 1.0) + add))
                 for t, d in zip(g.tasks, body)]
-    return sim.timed(g2, programs, "queue", 0.0, pop, link).makespan_us
+    return g2, link, pop
 
 
 def reordered(g, rec: dict, body: list, order: str, link_us: float):
@@ -127,6 +191,9 @@ def main(argv=None) -> int:
     ap.add_argument("--what-if", nargs="*", default=list(DEFAULT_WHAT_IFS))
     ap.add_argument("--orders", nargs="*", default=[], help="other queue orders replayed on the measured bodies: "
                     "a cost model (nominal, h200) or measured / measured+link")
+    ap.add_argument("--paired", action="store_true", help="also each what-if with the GEMM tasks taken by pairs on "
+                    "2-CTA clusters (replay_paired, both dispatches; 'kloop' then on the paired tasks only), against "
+                    "the replay")
     a = ap.parse_args(argv)
     import torch
     from bench.dag.ws_dag import _float_trace
@@ -150,6 +217,12 @@ def main(argv=None) -> int:
             v = replay(g, body, a.link_us, a.pop_us, w, sms, epi, kl)
             r["what_if"][text] = dict(us=v, change=v / base - 1)
             print(f"  {text:28} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
+        for dispatch in ("first", "cluster") if a.paired else ():
+            r[f"paired_{dispatch}"] = res_p = {}
+            for text, w in [("(as traced)", {})] + whats:
+                v = replay_paired(g, body, a.link_us, a.pop_us, w, sms, epi, kl, dispatch)
+                res_p[text] = dict(us=v, change=v / base - 1)
+                print(f"  paired ({dispatch:7}) {text:21} {v:7.1f} us  {100 * (v / base - 1):+6.1f}%")
         r["orders"] = {}
         for order in a.orders:
             g2, b2 = reordered(g, rec, body, order, a.link_us)
