@@ -39,7 +39,7 @@ from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show
 
 BOX_BYTES = 8192                 # a [64, 64] bf16 box
 BOX = gl.constexpr(BOX_BYTES)
-SPIN = gl.constexpr(1 << 22)     # polls before a wait gives up: a hang in the protocol ends the launch, with an error
+SPIN = gl.constexpr(1 << 22)     # tries of ≤ 1 µs (try_wait's suspend hint) before a wait gives up: ≤ ~4 s
 
 # Inline PTX, one invocation a thread (``pack=1`` over a [32 * num_warps] arange ``tid``); ``_lead``: tid 0 only.
 # Offsets are bytes into ``global_smem`` (the dynamic shared memory; the probe's one allocation starts there).
@@ -50,7 +50,7 @@ barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned; mo
 _SYNC = gl.constexpr("""{ barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;
 mov.u32 $0, $1; }""")
 _WAIT = gl.constexpr("""{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; add.u32 a, a, $1; mov.u32 n, 0;
-LAB_WAIT: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [a], $2; @p bra LAB_DONE;
+LAB_WAIT: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [a], $2, 1000; @p bra LAB_DONE;
 add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra LAB_WAIT;
 LAB_DONE: mov.u32 $0, n; }""")
 _ARRIVE_BOTH = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
@@ -192,7 +192,7 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
     return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages,
-                ctas=clusters * 2, iters=iters, waits_timed_out=late, us_per_step=ns / iters / 1e3,
+                ctas=clusters * 2, iters=iters, waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
                 bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * clusters * 2)
 

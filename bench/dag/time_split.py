@@ -55,9 +55,9 @@ def step_bytes(t) -> dict:
     fp16, W one fp16 part; f16f8: A and W fp16 plus their fp8 [.., 128] pairs, as many bytes as bf16x3's)."""
     w_parts = {"bf16x3": 4, "f16f8": 4, "f16_w1": 2}   # bytes a W element, all its parts
     out = {}
-    for k, name in GEMM.items():
-        scheme, bn = getattr(t, f"scheme_{name}" if name != "oproj" else "scheme_o"), \
-            getattr(t, f"block_n_{name}" if name != "oproj" else "block_n_o")
+    for name in GEMM.values():
+        tag = "o" if name == "oproj" else name          # the Tiling fields' names
+        scheme, bn = getattr(t, f"scheme_{tag}"), getattr(t, f"block_n_{tag}")
         if scheme not in w_parts:
             raise ValueError(f"time_split: no operand bytes known for scheme {scheme!r}")
         out[name] = t.block_m * 64 * 4 + bn * 64 * w_parts[scheme]
@@ -176,10 +176,8 @@ def trace_graph(rec: dict):
     from kernels import load_case
     from kernels.dag import graph as G
     from kernels.dag import host
-    case = load_case(rec["case"].removesuffix("_set"))
     o = host.check_params(dict(rec["params"]))
-    programs = trace_programs(rec, o)
-    g = G.build(case, host.tiling_for(case, o, programs), o["order"], programs)
+    g = G.build(load_case(rec["case"].removesuffix("_set")), trace_tiling(rec), o["order"], trace_programs(rec, o))
     if [x.kind for x in g.tasks] != list(rec["kinds"]):
         raise SystemExit(f"time_split: {rec['case']}'s graph rebuilt from its parameters differs from the trace's")
     return g
