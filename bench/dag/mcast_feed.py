@@ -225,7 +225,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", nargs="+", default=["2x2", "2x4"], metavar="AxW",
                     help="A boxes x W boxes a step (W even): 2x2 a 64 x 64 bf16x3 step (32 KB), 2x4 a 64 x 128 (48 KB)")
     ap.add_argument("--stages", type=int, default=4)
-    ap.add_argument("--clusters", nargs="+", type=int, default=[0, 4], help="0: one CTA an SM (SMs / 2 clusters)")
+    ap.add_argument("--clusters", nargs="+", type=int, default=[0, 48, 4],
+                    help="clusters of two CTAs, one CTA an SM; 0: all SMs (SMs / 2); 48: the ~96 programs the kernel "
+                         "has in K loops at once")
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--mb", type=int, default=8)
     a = ap.parse_args(argv)
