@@ -41,13 +41,14 @@ BOX_BYTES = 8192                 # a [64, 64] bf16 box
 BOX = gl.constexpr(BOX_BYTES)
 SPIN = gl.constexpr(1 << 22)     # tries of ≤ 1 µs (try_wait's suspend hint) before a wait gives up: ≤ ~4 s
 
-# Inline PTX, one invocation a thread (``pack=1`` over a [32 * num_warps] arange ``tid``); ``_lead``: tid 0 only.
-# Offsets are bytes into ``global_smem`` (the dynamic shared memory; the probe's one allocation starts there).
+# Inline PTX, one invocation a thread (``pack=1`` over a [32 * num_warps] arange ``tid``, operand $1 where given):
+# inits, arrivals and copies predicated on tid 0, the leader; waits and cluster barriers by every thread. Offsets
+# are bytes into ``global_smem`` (the dynamic shared memory; the ring, the one allocation live, starts there).
 _INIT = gl.constexpr("""{ .reg .pred p; .reg .u32 a; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
 add.u32 a, a, $2; @p mbarrier.init.shared::cta.b64 [a], $3; mov.u32 $0, 0; }""")
 _INIT_FENCE_SYNC = gl.constexpr("""{ fence.mbarrier_init.release.cluster; fence.proxy.async.shared::cta;
-barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned; mov.u32 $0, $1; }""")
-_SYNC = gl.constexpr("""{ barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;
+barrier.cluster.arrive.release; barrier.cluster.wait.acquire; mov.u32 $0, $1; }""")
+_SYNC = gl.constexpr("""{ barrier.cluster.arrive.release; barrier.cluster.wait.acquire;
 mov.u32 $0, $1; }""")
 _WAIT = gl.constexpr("""{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; add.u32 a, a, $1; mov.u32 n, 0;
 LAB_WAIT: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [a], $2, 1000; @p bra LAB_DONE;
