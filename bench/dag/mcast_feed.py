@@ -241,6 +241,8 @@ def main(argv=None) -> int:
         if na < 1 or nw < 2 or nw % 2:
             raise SystemExit(f"mcast_feed: --steps {s!r}: at least one A box and an even number of W boxes")
         steps.append((na, nw))
+    if not 2 <= a.stages <= a.iters:
+        raise SystemExit("mcast_feed: --stages from 2 to --iters (the prologue issues the first stages steps)")
     if a.stages * max(na + nw for na, nw in steps) * BOX_BYTES > 227 * 1024:
         raise SystemExit("mcast_feed: the ring does not fit one SM's shared memory: fewer --stages or boxes")
     if a.compile:
