@@ -23,7 +23,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show
+from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show, third_launch
 
 T64 = gl.constexpr(64)
 
@@ -62,19 +62,20 @@ def _feed(src_d, out_ptr, rows, ITERS: gl.constexpr, BOXES: gl.constexpr, STAGES
     gl.store(out_ptr + pid * 4 + 1 + t1 * 0, c1 - c0, mask=first)
 
 
-def measure(boxes: int, stages: int, programs: int, iters: int, mb: int) -> dict:
+def l2_source(mb: int):
+    """(rows, an L2-resident [rows, 64] bf16 tensor of ``mb`` MB on the GPU): the boxes the feed probes stream."""
     import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     rows = mb * 2**20 // (64 * 2)
-    src = torch.randn(rows, 64, device="cuda").to(torch.bfloat16)
+    return rows, torch.randn(rows, 64, device="cuda").to(torch.bfloat16)
+
+
+def measure(boxes: int, stages: int, programs: int, iters: int, mb: int) -> dict:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    rows, src = l2_source(mb)
     d = TensorDescriptor(src, [rows, 64], [64, 1], [64, 64],
                          gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16))
-    out = torch.zeros(programs, 4, dtype=torch.int64, device="cuda")
-    for _ in range(3):   # compile, warm the L2 and the clocks; the third is kept
-        _feed[(programs, )](d, out, rows, ITERS=iters, BOXES=boxes, STAGES=stages, num_warps=4)
-        torch.cuda.synchronize()
-    ns = out[:, 0].double().median().item()
-    cyc = out[:, 1].double().median().item()
+    _, ns, cyc = third_launch(
+        lambda out: _feed[(programs, )](d, out, rows, ITERS=iters, BOXES=boxes, STAGES=stages, num_warps=4), programs)
     step = boxes * 64 * 64 * 2
     return dict(boxes=boxes, step_kb=step // 1024, stages=stages, programs=programs, iters=iters,
                 us_per_step=ns / iters / 1e3, bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns,

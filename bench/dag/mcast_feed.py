@@ -35,7 +35,7 @@ import os
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show
+from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show, third_launch
 
 BOX_BYTES = 8192                 # a [64, 64] bf16 box
 BOX = gl.constexpr(BOX_BYTES)
@@ -160,7 +160,7 @@ def _mc_feed(tmap_addr, out_ptr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: 
 FORMS = ("copy", "mcast")
 
 
-def tensor_map(src) -> "torch.Tensor":
+def tensor_map(src):
     """The 128-byte CUtensorMap of ``src`` ([rows, 64] bf16, [64, 64] boxes, 128-byte swizzle) in device memory,
     encoded by Triton's own ``fill_tma_descriptor`` (its TMA arguments' parameters); its bytes sit at offset 128 of
     Triton 3.6's PyCUtensorMap object (a 128-aligned field after the object header), which is checked."""
@@ -178,18 +178,13 @@ def tensor_map(src) -> "torch.Tensor":
 
 
 def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int) -> dict:
-    import torch
-    rows = mb * 2**20 // (64 * 2)
-    src = torch.randn(rows, 64, device="cuda").to(torch.bfloat16)
+    from bench.dag.feed_rate import l2_source
+    rows, src = l2_source(mb)
     tmap = tensor_map(src)
-    out = torch.zeros(clusters * 2, 4, dtype=torch.int64, device="cuda")
-    for _ in range(3):   # compile, warm the L2 and the clocks; the third is kept
-        _mc_feed[(clusters, )](tmap.data_ptr(), out, rows, ITERS=iters, A=a, W=w, STAGES=stages,
-                               MCAST=form == "mcast", num_warps=4, num_ctas=2)
-        torch.cuda.synchronize()
+    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out, rows, ITERS=iters, A=a, W=w,   # noqa: E731
+                                                STAGES=stages, MCAST=form == "mcast", num_warps=4, num_ctas=2)
+    out, ns, cyc = third_launch(launch, clusters * 2)
     late = int(out[:, 2].sum())
-    ns = out[:, 0].double().median().item()
-    cyc = out[:, 1].double().median().item()
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
     return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages,

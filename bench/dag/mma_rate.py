@@ -156,40 +156,37 @@ FORMS = {   # name: (fp8, rows, warps); fp8 "mix": f16f8's K step (an fp16 produ
 }
 
 
-def measure_step(name: str, iters: int) -> dict:
-    """A form of ``STEPS`` timed as ``measure``'s: its µs a K step and its products' rate."""
+def third_launch(launch, ctas: int) -> tuple:
+    """``launch(out)`` three times (compile, warm the L2 and the clocks; the third is kept) on a zeroed int64
+    ``out`` [ctas, 4] whose rows the kernel fills with its elapsed ns and clocks (``_finish``'s layout). Returns
+    (out, the CTAs' median ns, median clocks)."""
     import torch
-    np_, bn = STEPS[name]
-    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    out = torch.zeros(n_sm, 4, dtype=torch.int64, device="cuda")
+    out = torch.zeros(ctas, 4, dtype=torch.int64, device="cuda")
     for _ in range(3):
-        _rate_step[(n_sm, )](out, ITERS=iters, BN=bn, NP=np_, num_warps=4)
+        launch(out)
         torch.cuda.synchronize()
-    ns = out[:, 0].double().median().item()
-    cyc = out[:, 1].double().median().item()
-    flops = 2.0 * 64 * bn * 64 * np_ * iters
-    return dict(form=name, iters=iters, inflight=np_, rows=64, k_step=64 * np_, ns=ns, cycles=cyc, ghz=cyc / ns,
-                tflops=flops * n_sm / ns / 1e3, flops_per_clk_sm=flops / cyc, us_per_step=ns / iters / 1e3)
+    return out, out[:, 0].double().median().item(), out[:, 1].double().median().item()
 
 
 def measure(name: str, iters: int, inflight: int) -> dict:
+    """A form of ``FORMS`` (``inflight`` steps left in flight) or of ``STEPS`` (a step's products left in flight)
+    on every SM: its µs a K step and its products' rate."""
     import torch
-    if name in STEPS:
-        return measure_step(name, iters)
-    fp8, rows, warps = FORMS[name]
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    out = torch.zeros(n_sm, 4, dtype=torch.int64, device="cuda")
-    args = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
-    for _ in range(3):   # compile, then warm the clocks; the third is kept
+    if name in STEPS:
+        np_, n = STEPS[name]
+        rows, k, inflight = 64, 64 * np_, np_
+        launch = lambda out: _rate_step[(n_sm, )](out, ITERS=iters, BN=n, NP=np_, num_warps=4)   # noqa: E731
+    else:
+        fp8, rows, warps = FORMS[name]
+        n, k = 128, {"mix": 64 + 128, "fp16x2": 128, True: 128, False: 64}[fp8]
+        args = dict(ITERS=iters, ROWS=rows, INFLIGHT=inflight, num_warps=warps)
         if fp8 in ("mix", "fp16x2"):
-            _rate_mix[(n_sm, )](out, SECOND8=fp8 == "mix", **args)
+            launch = lambda out: _rate_mix[(n_sm, )](out, SECOND8=fp8 == "mix", **args)   # noqa: E731
         else:
-            _rate[(n_sm, )](out, FP8=fp8, **args)
-        torch.cuda.synchronize()
-    ns = out[:, 0].double().median().item()
-    cyc = out[:, 1].double().median().item()
-    k = {"mix": 64 + 128, "fp16x2": 128, True: 128, False: 64}[fp8]
-    flops = 2.0 * rows * 128 * k * iters
+            launch = lambda out: _rate[(n_sm, )](out, FP8=fp8, **args)   # noqa: E731
+    _, ns, cyc = third_launch(launch, n_sm)
+    flops = 2.0 * rows * n * k * iters
     return dict(form=name, iters=iters, inflight=inflight, rows=rows, k_step=k, ns=ns, cycles=cyc,
                 ghz=cyc / ns, tflops=flops * n_sm / ns / 1e3, flops_per_clk_sm=flops / cyc,
                 us_per_step=ns / iters / 1e3)

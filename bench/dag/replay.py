@@ -25,9 +25,9 @@ import dataclasses
 import json
 import os
 
-from bench.dag.time_split import KIND, trace_graph, trace_programs, trace_sms, work_done
+from bench.dag.time_split import GEMM, KIND, trace_graph, trace_programs, trace_sms, work_done
 
-GROUPS = {"gemm": ("qkv", "oproj", "ffn1", "ffn2"), "attn": ("attn",), "ln": ("ln1", "ln2", "lnf")}
+GROUPS = {"gemm": tuple(GEMM.values()), "attn": ("attn",), "ln": ("ln1", "ln2", "lnf")}
 DEFAULT_WHAT_IFS = ("link=0.7", "link=1.0", "task=-0.5", "task=-1.0", "gemm=0.9", "attn=0.5", "ln=0.5",
                     "link=1.0 task=-0.5", "link=0.7 task=-0.5", "link=0", "epi=0.5 ln=0.6")
 
@@ -84,7 +84,7 @@ def pairs(g) -> list:
     task alone. A list of tuples of queue indices, in the queue order of each group's first task."""
     first, groups = {}, []
     for i, t in enumerate(g.tasks):
-        if KIND.get(t.kind) in GROUPS["gemm"]:
+        if t.kind in GEMM:
             key = (t.kind, t.layer, t.a // 2, t.b, t.c)
             if key in first:
                 groups[first.pop(key)] += (i, )
@@ -106,19 +106,15 @@ def replay_paired(g, body: list, link_us: float, pop_us: float = 0.3, what: dict
     paired tasks' K loops only. Makespan, µs."""
     if dispatch not in ("first", "cluster"):
         raise ValueError(f"replay: dispatch {dispatch!r}: first or cluster")
-    what = dict(what or {})
-    fk = what.pop("kloop", 1.0)
+    groups = pairs(g)
+    if kloop is not None:   # only the paired tasks' K loops change
+        paired = {i for grp in groups if len(grp) == 2 for i in grp}
+        kloop = [k if i in paired else 0.0 for i, k in enumerate(kloop)]
     g2, link, pop = _changed(g, body, link_us, pop_us, what, epi, kloop)
     cost = [t.cost for t in g2.tasks]
-    if fk != 1.0:
-        if kloop is None:
-            raise ValueError("replay: a 'kloop' what-if needs the tasks' K loops (replay.kloops of the trace)")
-        for grp in pairs(g):
-            for i in grp if len(grp) == 2 else ():
-                cost[i] = max(0.1, cost[i] - kloop[i] * (1.0 - fk))
     free = [0.0] * programs
     finish = [0.0] * len(cost)
-    for grp in pairs(g):
+    for grp in groups:
         if len(grp) == 2 and dispatch == "cluster":
             c = min(range(programs // 2), key=lambda c: (max(free[2 * c], free[2 * c + 1]), c))
             cpu = (2 * c, 2 * c + 1)

@@ -30,9 +30,9 @@ import os
 import statistics
 from collections import defaultdict
 
-GEMM = {1: "qkv", 3: "oproj", 5: "ffn1", 6: "ffn2"}
-ATTN = 2   # the other kinds (0, 4, 7) are LayerNorm tasks
 KIND = {0: "ln1", 1: "qkv", 2: "attn", 3: "oproj", 4: "ln2", 5: "ffn1", 6: "ffn2", 7: "lnf"}
+GEMM = {k: KIND[k] for k in (1, 3, 5, 6)}
+ATTN = 2   # the other kinds (0, 4, 7) are LayerNorm tasks
 HANDOFF_NS = 150   # a task's done (column 4) to its signaller taking it (column 7): 0.13-0.22 µs a kind, one consumer
 
 
@@ -64,6 +64,15 @@ def step_bytes(t) -> dict:
     return out
 
 
+def by_program(rows) -> list:
+    """A trace's rows ([tasks, 8] stamps) by program (column 3's high half): each program's task indices in the
+    order it took them (column 5)."""
+    by = defaultdict(list)
+    for i, r in enumerate(rows):
+        by[int(r[3]) >> 16].append(i)
+    return [sorted(idx, key=lambda i: rows[i][5]) for idx in by.values()]
+
+
 def split(trace, kinds: list, steps: dict) -> dict:
     """The per-program split of a trace ([tasks, 8] ns stamps, form ws) and the GEMM kinds' time a K step. A task's
     phases start where ``bench.dag.ws_dag.phase_profile``'s do: at the later of the take and the wait done."""
@@ -72,14 +81,10 @@ def split(trace, kinds: list, steps: dict) -> dict:
     t0 = min(r[0] for r in t)
     us = [[(v - t0) / 1e3 for v in r] for r in t]
     kernel = max(r[2] for r in us)
-    prog = [int(r[3]) >> 16 for r in t]
-    by = defaultdict(list)
-    for i, p in enumerate(prog):
-        by[p].append(i)
+    by = by_program(t)
     acc = defaultdict(float)
     loops = []
-    for idx in by.values():
-        idx.sort(key=lambda i: us[i][5])
+    for idx in by:
         prev = None
         for i in idx:
             took, dep, done, kd = us[i][5], us[i][1], us[i][4], us[i][6]
@@ -129,12 +134,8 @@ def critical_path(trace, kinds: list, producers: list) -> dict:
     t = _float_trace(trace).tolist()
     t0 = min(r[0] for r in t)
     us = [[(v - t0) / 1e3 for v in r[:4]] + [(work_done(r) - t0) / 1e3] + [(v - t0) / 1e3 for v in r[5:]] for r in t]
-    by = defaultdict(list)
-    for i, r in enumerate(t):
-        by[int(r[3]) >> 16].append(i)
     prev = {}
-    for idx in by.values():
-        idx.sort(key=lambda i: us[i][5])
+    for idx in by_program(t):
         prev.update(zip(idx[1:], idx[:-1]))
     seg = defaultdict(lambda: [0.0, 0])
 
