@@ -1062,8 +1062,8 @@ def test_mcast_feed_probe_compiles_for_sm90():
     """``bench.dag.mcast_feed`` (GPU only to run; docs/dag.md "Results" 46): both forms compile for a 2-CTA cluster
     through ptxas; ``copy`` loads every box itself, ``mcast`` its A boxes plainly and each W box as a multicast (half
     of them a CTA, chosen at run time); the ring is the kernel's only shared memory (its PTX addresses start at 0);
-    two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs; bad steps
-    are refused with the fix."""
+    two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs; each CTA
+    stores its own row; bad steps are refused with the fix."""
     import json
     import os
     import subprocess
@@ -1082,6 +1082,8 @@ def test_mcast_feed_probe_compiles_for_sm90():
         for f in (c, m):
             assert f["cluster_ctas"] == 2 and f["shared"] == f["need"] <= 232448, f
             assert f["waits"] == 2 and f["inits"] == 8 and f["remote_arrives"] == 2, f
+            # each CTA stores its own row (three int64, unmasked by rank: Triton's own store masked rank 1 off)
+            assert f["stores"] == 3 and f["rank_reads"] == 1, f
     bad = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x3"],
                          capture_output=True, text=True, env=env, timeout=120, cwd=root)
     assert bad.returncode != 0 and "even number of W boxes" in bad.stderr, bad.stderr[-500:]

@@ -284,6 +284,21 @@ def test_an_invalid_result_is_moved_aside_and_regenerated(tmp_path):
     assert job_counts(text)["correctness"] == 4        # the four invalid ones, not the valid eager_sdpa
 
 
+def test_out_of_gpu_memory_is_oom_from_the_allocator_or_the_driver():
+    """A job's exception is ``oom`` where the GPU ran out of memory, through the caching allocator or through the
+    driver (torch's AcceleratorError, ``CUDA error: out of memory``: the device pipeline runs ``oom`` jobs again
+    alone), else ``error`` with the exception's type."""
+    import torch
+
+    from workflow.run import failure
+    driver = torch.AcceleratorError("CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in ...")
+    assert failure(driver) == ("oom", "CUDA error: out of memory")
+    assert failure(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 GiB"))[0] == "oom"
+    assert failure(RuntimeError("CUDA error: an illegal memory access was encountered")) == (
+        "error", "RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert failure(ValueError("out of memory"))[0] == "error"    # not the GPU's
+
+
 def test_bad_override_fails_before_any_job_with_hydras_message(repo):
     p = smk(repo, "--config", "matrix=smoke", 'overrides=["variant.params.no_such_knob=4"]', "--cores", "1",
             check=False)

@@ -199,6 +199,19 @@ def tune_job(cfg: DictConfig, tag: str = "") -> dict:
     return {"blocks": blocks, "header": header}
 
 
+def failure(e: Exception) -> tuple[str, str]:
+    """(status, reason) of a job's exception: ``oom`` where the GPU ran out of memory — the caching allocator's
+    ``OutOfMemoryError``, or the driver's ``CUDA error: out of memory`` from a launch or a library call (torch's
+    ``AcceleratorError``: case 13 beside cases 8 and 14 at 0be4fd3, which a bare ``error`` kept from being run again
+    alone) — else ``error``."""
+    import torch
+    text = str(e)
+    if isinstance(e, torch.cuda.OutOfMemoryError) or (isinstance(e, RuntimeError) and (
+            "CUDA error: out of memory" in text or "cudaErrorMemoryAllocation" in text)):
+        return "oom", text.splitlines()[0][:500] if text else "out of memory"
+    return "error", f"{type(e).__name__}: {text[:1000]}"
+
+
 def run_job(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Run the configured stage; returns the result record (also written to ``result_path(cfg, tag)``).
     ``overrides``: the job's Hydra overrides (default: the command line's), which decide the tag."""
@@ -247,11 +260,10 @@ def run_job(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
         raise parameter_error(cfg, e) from None
     except Unsupported as e:
         status, reason = "unsupported", str(e)
-    except torch.cuda.OutOfMemoryError as e:
-        status, reason = "oom", str(e).splitlines()[0][:500] if str(e) else "out of memory"
-    except Exception as e:  # a bug or a kernel fault in the variant: recorded as a failing result
-        status, reason = "error", f"{type(e).__name__}: {str(e)[:1000]}"
-        rec["traceback"] = traceback.format_exc()[-4000:]
+    except Exception as e:  # out of GPU memory, or a bug or a kernel fault in the variant: a failing result
+        status, reason = failure(e)
+        if status == "error":
+            rec["traceback"] = traceback.format_exc()[-4000:]
     rec["status"] = status
     if status != "ok":
         log(f"{cfg.variant.name} on {case.name}: {status}: {reason}")

@@ -70,6 +70,9 @@ and.pred p, p, q; mov.b16 m, 3; mov.u32 d, global_smem; add.u32 b, d, $3; add.u3
 @p cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster
 [d], [$4, {$5, $6}], [b], m;
 mov.u32 $0, 0; }""")
+# the leader's store of one int64 of this CTA's row: a Triton store of a tensor laid out alike in both CTAs is one
+# datum to the compiler, stored by rank 0 alone (on the first GPU run the rank-1 rows stayed 0)
+_STORE = gl.constexpr("""{ .reg .pred p; setp.eq.u32 p, $1, 0; @p st.global.b64 [$2], $3; mov.u32 $0, 0; }""")
 _CLUSTER_ID = gl.constexpr("mov.u32 $0, %clusterid.x;")
 _CTA_RANK = gl.constexpr("mov.u32 $0, %cluster_ctarank;")
 
@@ -101,7 +104,7 @@ def _issue(tmap, tid, j, slot, rank, base_a, base_w, rows, A: gl.constexpr, W: g
 
 
 @gluon.jit
-def _mc_feed(tmap_addr, out_ptr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
+def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
              MCAST: gl.constexpr, num_warps: gl.constexpr):
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0], cga_layout=[[0]])
@@ -150,11 +153,10 @@ def _mc_feed(tmap_addr, out_ptr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: 
     c1 = _stamp(_CLK, lay, NT)
     _asm(_SYNC, "=r,r", [tid])   # no CTA leaves while its peer may still arrive on its mbarriers
     smem._keep_alive()
-    first = tid == 0
-    cta = cid * 2 + rank
-    gl.store(out_ptr + cta * 4 + 0, t1 - t0, mask=first)
-    gl.store(out_ptr + cta * 4 + 1, c1 - c0, mask=first)
-    gl.store(out_ptr + cta * 4 + 2, late.to(gl.int64), mask=first)
+    row = zero.to(gl.int64) + out_addr + (cid * 2 + rank).to(gl.int64) * 32     # [ctas, 4] int64
+    _asm(_STORE, "=r,r,l,l", [tid, row, t1 - t0])
+    _asm(_STORE, "=r,r,l,l", [tid, row + 8, c1 - c0])
+    _asm(_STORE, "=r,r,l,l", [tid, row + 16, late.to(gl.int64)])
 
 
 FORMS = ("copy", "mcast")
@@ -181,9 +183,12 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     from bench.dag.feed_rate import l2_source
     rows, src = l2_source(mb)
     tmap = tensor_map(src)
-    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out, rows, ITERS=iters, A=a, W=w,   # noqa: E731
+    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows, ITERS=iters, A=a, W=w,   # noqa: E731
                                                 STAGES=stages, MCAST=form == "mcast", num_warps=4, num_ctas=2)
     out, ns, cyc = third_launch(launch, clusters * 2)
+    if bool((out[:, 1] <= 0).any()):
+        raise SystemExit(f"mcast_feed: {int((out[:, 1] <= 0).sum())} of {clusters * 2} CTAs wrote no clocks ({form} "
+                         f"{a}x{w}): their rows are not stored")
     late = int(out[:, 2].sum())
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
@@ -201,7 +206,7 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
 
     from bench.common.sm90_report import compile_gluon
     cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", num_warps=4)
-    k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_ptr": "*i64", "rows": "i32"}, cst, num_warps=4,
+    k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_addr": "i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=2)
     ptx = k.asm["ptx"]
     ctas = re.search(r"\.reqnctapercluster (\d+)", ptx)
@@ -210,6 +215,7 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
                 waits=ptx.count("mbarrier.try_wait"), inits=ptx.count("mbarrier.init"),
                 remote_arrives=ptx.count("mbarrier.arrive.release.cluster.shared::cluster"),
                 cluster_ctas=int(ctas.group(1)) if ctas else 1, shared=k.metadata.shared,
+                rank_reads=ptx.count("%cluster_ctarank"), stores=len(re.findall(r"st\.global", ptx)),
                 need=stages * ((a + w) * BOX_BYTES + 16))
 
 
