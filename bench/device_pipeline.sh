@@ -5,6 +5,8 @@
 # (same outputs/: the machine still warm — a lent machine goes back after 30 s idle, so call again at once — or
 # outputs/ carried back with CARRIED=1) and it goes on where it stopped — Snakemake skips
 # the finished jobs and a stopped correctness job resumes its margin inputs (docs/pipeline.md, "The margin check").
+# A call made at once can still find a fresh machine (at 0be4fd3 the second call did and ran the correctness stage
+# again): unpacking each call's results.tgz here and carrying outputs/ with CARRIED=1 loses nothing then.
 # Results land in outputs/ as any Snakemake run writes them; $OUT gets a tarball of outputs/ and the logs. Carry the
 # wheels (../shared/tools/device-wheels.sh .whl snakemake hydra-core ...).
 #   MKH_GIT_COMMIT=<commit> bash bench/device_pipeline.sh

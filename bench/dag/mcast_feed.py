@@ -183,8 +183,9 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     from bench.dag.feed_rate import l2_source
     rows, src = l2_source(mb)
     tmap = tensor_map(src)
-    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows, ITERS=iters, A=a, W=w,   # noqa: E731
-                                                STAGES=stages, MCAST=form == "mcast", num_warps=4, num_ctas=2)
+    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows,   # noqa: E731
+                                                ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast",
+                                                num_warps=4, num_ctas=2)
     out, ns, cyc = third_launch(launch, clusters * 2)
     if bool((out[:, 1] <= 0).any()):
         raise SystemExit(f"mcast_feed: {int((out[:, 1] <= 0).sum())} of {clusters * 2} CTAs wrote no clocks ({form} "
