@@ -93,7 +93,6 @@ def compile_form(boxes: int = 6, stages: int = 4, iters: int = 64, cluster: int 
     from triton.runtime.jit import mangle_type
 
     from bench.common.sm90_report import compile_gluon
-    import re
     rows = 65536
     cga = [[0, 0]] * (cluster.bit_length() - 1) if cluster > 1 else None
     d = TensorDescriptor(torch.empty(rows, 64, dtype=torch.bfloat16), [rows, 64], [64, 1], [64, 64],
@@ -104,9 +103,16 @@ def compile_form(boxes: int = 6, stages: int = 4, iters: int = 64, cluster: int 
     k = compile_gluon(_feed, {"src_d": mangle_type(d), "out_ptr": "*i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=cluster)
     ptx = k.asm["ptx"]
-    ctas = re.search(r"\.reqnctapercluster (\d+)", ptx)
     return dict(tma=ptx.count("cp.async.bulk.tensor"), waits=ptx.count("mbarrier.try_wait"), shared=k.metadata.shared,
-                multicast=len(re.findall(r"cp\.async\.bulk\.tensor\S*multicast::cluster", ptx)),
+                **cluster_copies(ptx))
+
+
+def cluster_copies(ptx: str) -> dict:
+    """A compiled kernel's cluster size (``.reqnctapercluster``, 1 without) and its TMA copies issued with
+    ``.multicast::cluster`` (one L2 read for every CTA of the mask)."""
+    import re
+    ctas = re.search(r"\.reqnctapercluster (\d+)", ptx)
+    return dict(multicast=len(re.findall(r"cp\.async\.bulk\.tensor\S*multicast::cluster", ptx)),
                 cluster_ctas=int(ctas.group(1)) if ctas else 1)
 
 

@@ -206,16 +206,15 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
     import re
 
     from bench.common.sm90_report import compile_gluon
+    from bench.dag.feed_rate import cluster_copies
     cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", num_warps=4)
     k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_addr": "i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=2)
     ptx = k.asm["ptx"]
-    ctas = re.search(r"\.reqnctapercluster (\d+)", ptx)
-    return dict(copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\S*bytes \[", ptx)),
-                multicast=len(re.findall(r"cp\.async\.bulk\.tensor\S*multicast::cluster", ptx)),
+    return dict(copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\S*bytes \[", ptx)), **cluster_copies(ptx),
                 waits=ptx.count("mbarrier.try_wait"), inits=ptx.count("mbarrier.init"),
                 remote_arrives=ptx.count("mbarrier.arrive.release.cluster.shared::cluster"),
-                cluster_ctas=int(ctas.group(1)) if ctas else 1, shared=k.metadata.shared,
+                shared=k.metadata.shared,
                 rank_reads=ptx.count("%cluster_ctarank"), stores=len(re.findall(r"st\.global", ptx)),
                 need=stages * ((a + w) * BOX_BYTES + 16))
 

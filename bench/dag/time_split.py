@@ -174,11 +174,10 @@ def critical_path(trace, kinds: list, producers: list) -> dict:
 def trace_graph(rec: dict):
     """The graph a saved trace ran, rebuilt from its parameters as ``prepare`` builds it for form ws (SMs x
     ``ctas_per_sm`` programs; the SMs: the trace's programs, one an SM), its kinds checked against the trace's."""
-    from kernels import load_case
     from kernels.dag import graph as G
     from kernels.dag import host
-    o = host.check_params(dict(rec["params"]))
-    g = G.build(load_case(rec["case"].removesuffix("_set")), trace_tiling(rec), o["order"], trace_programs(rec, o))
+    case, o, programs = _trace_run(rec)
+    g = G.build(case, host.tiling_for(case, o, programs), o["order"], programs)
     if [x.kind for x in g.tasks] != list(rec["kinds"]):
         raise SystemExit(f"time_split: {rec['case']}'s graph rebuilt from its parameters differs from the trace's")
     return g
@@ -186,10 +185,16 @@ def trace_graph(rec: dict):
 
 def trace_tiling(rec: dict):
     """The graph.Tiling a saved trace ran, from its parameters as ``prepare`` derives it."""
+    from kernels.dag import host
+    return host.tiling_for(*_trace_run(rec))
+
+
+def _trace_run(rec: dict) -> tuple:
+    """(case, checked parameters, programs) of a saved trace."""
     from kernels import load_case
     from kernels.dag import host
     o = host.check_params(dict(rec["params"]))
-    return host.tiling_for(load_case(rec["case"].removesuffix("_set")), o, trace_programs(rec, o))
+    return load_case(rec["case"].removesuffix("_set")), o, trace_programs(rec, o)
 
 
 def trace_sms(rec: dict) -> int:
