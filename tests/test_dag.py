@@ -1062,20 +1062,20 @@ def test_mcast_feed_probe_compiles_for_sm90():
     """``bench.dag.mcast_feed`` (GPU only to run; docs/dag.md "Results" 46): both forms compile for a 2-CTA cluster
     through ptxas; ``copy`` loads every box itself, ``mcast`` its A boxes plainly and each W box as a multicast (half
     of them a CTA, chosen at run time); the ring is the kernel's only shared memory (its PTX addresses start at 0);
-    two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs; each CTA
-    stores its own row; bad steps are refused with the fix."""
+    two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs, a slot refilled
+    at once or ``--lags`` steps later alike; each CTA stores its own row; bad steps and lags are refused with the fix."""
     import json
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x2", "2x4"],
-                         capture_output=True, text=True, env=env, timeout=600, cwd=root)
+    out = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x2", "2x4",
+                          "--lags", "0", "1"], capture_output=True, text=True, env=env, timeout=600, cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    for a, w in ((2, 2), (2, 4)):
-        c, m = r[f"copy_{a}x{w}"], r[f"mcast_{a}x{w}"]
+    for a, w, g in ((2, 2, 0), (2, 4, 0), (2, 2, 1), (2, 4, 1)):
+        c, m = r[f"copy_{a}x{w}_lag{g}"], r[f"mcast_{a}x{w}_lag{g}"]
         # the prologue's 4 steps unrolled, then the loop's one
         assert c["copies"] == 5 * (a + w) and c["multicast"] == 0, r
         assert m["copies"] == 5 * a and m["multicast"] == 5 * w, r
@@ -1087,3 +1087,6 @@ def test_mcast_feed_probe_compiles_for_sm90():
     bad = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x3"],
                          capture_output=True, text=True, env=env, timeout=120, cwd=root)
     assert bad.returncode != 0 and "even number of W boxes" in bad.stderr, bad.stderr[-500:]
+    bad = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--lags", "4"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=root)
+    assert bad.returncode != 0 and "--lags from 0 to --stages - 1" in bad.stderr, bad.stderr[-500:]

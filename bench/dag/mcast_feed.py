@@ -105,7 +105,7 @@ def _issue(tmap, tid, j, slot, rank, base_a, base_w, rows, A: gl.constexpr, W: g
 
 @gluon.jit
 def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
-             MCAST: gl.constexpr, num_warps: gl.constexpr):
+             MCAST: gl.constexpr, LAG: gl.constexpr, num_warps: gl.constexpr):
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0], cga_layout=[[0]])
     SLOT: gl.constexpr = (A + W) * BOX
@@ -139,16 +139,19 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
     late = zero
     for i in range(ITERS):
         s = i % STAGES
-        ph = (i // STAGES) & 1
         spin = gl.where(late == 0, SPIN, 1)   # after one wait ran out, the rest give up at once
-        n = _asm(_WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ph, spin])
+        n = _asm(_WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
         late += (n >= spin).to(gl.int32)
         _asm(_ARRIVE_BOTH, "=r,r,r", [tid, zero + EMPTY + 8 * s])
-        if i + STAGES < ITERS:
+        # refill the slot of step r = i - LAG (LAG 0: the slot just read, so the leader waits for the peer's arrival
+        # there and then; LAG k: the slot read k steps ago, whose arrivals have had k steps to land)
+        r = i - LAG
+        if (r >= 0) & (r + STAGES < ITERS):
+            sr = r % STAGES
             spin = gl.where(late == 0, SPIN, 1)
-            n = _asm(_WAIT, "=r,r,r,r", [zero + EMPTY + 8 * s, zero + ph, spin])
+            n = _asm(_WAIT, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
             late += (n >= spin).to(gl.int32)
-            _issue(tmap, tid, i + STAGES, s, rank, base_a, base_w, rows, A, W, SLOT, FULL, MCAST)
+            _issue(tmap, tid, r + STAGES, sr, rank, base_a, base_w, rows, A, W, SLOT, FULL, MCAST)
     t1 = _stamp(_NOW, lay, NT)
     c1 = _stamp(_CLK, lay, NT)
     _asm(_SYNC, "=r,r", [tid])   # no CTA leaves while its peer may still arrive on its mbarriers
@@ -179,13 +182,13 @@ def tensor_map(src):
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(src.device)
 
 
-def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int) -> dict:
+def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int, lag: int = 0) -> dict:
     from bench.dag.feed_rate import l2_source
     rows, src = l2_source(mb)
     tmap = tensor_map(src)
     launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows,   # noqa: E731
                                                 ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast",
-                                                num_warps=4, num_ctas=2)
+                                                LAG=lag, num_warps=4, num_ctas=2)
     out, ns, cyc = third_launch(launch, clusters * 2)
     if bool((out[:, 1] <= 0).any()):
         raise SystemExit(f"mcast_feed: {int((out[:, 1] <= 0).sum())} of {clusters * 2} CTAs wrote no clocks ({form} "
@@ -193,13 +196,13 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     late = int(out[:, 2].sum())
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
-    return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages,
+    return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag,
                 ctas=clusters * 2, iters=iters, waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
                 bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * clusters * 2)
 
 
-def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, iters: int = 64) -> dict:
+def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, iters: int = 64, lag: int = 0) -> dict:
     """``_mc_feed`` compiled for sm_90a without a GPU (ptxas included): its copies (plain, multicast), mbarrier
     waits, inits, remote arrivals, cluster size, shared memory and what the ring needs (equal: the ring is at
     offset 0, where the PTX addresses it)."""
@@ -207,7 +210,7 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
 
     from bench.common.sm90_report import compile_gluon
     from bench.dag.feed_rate import cluster_copies
-    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", num_warps=4)
+    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, num_warps=4)
     k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_addr": "i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=2)
     ptx = k.asm["ptx"]
@@ -230,6 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--clusters", nargs="+", type=int, default=[0, 48, 4],
                     help="clusters of two CTAs, one CTA an SM; 0: all SMs (SMs / 2); 48: the ~96 programs the kernel "
                          "has in K loops at once")
+    ap.add_argument("--lags", nargs="+", type=int, default=[0],
+                    help="steps between reading a slot and refilling it (0: at once, waiting for the peer's arrival "
+                         "there; k: k steps later, STAGES - k steps in flight)")
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--mb", type=int, default=8)
     a = ap.parse_args(argv)
@@ -244,10 +250,13 @@ def main(argv=None) -> int:
         steps.append((na, nw))
     if not 2 <= a.stages <= a.iters:
         raise SystemExit("mcast_feed: --stages from 2 to --iters (the prologue issues the first stages steps)")
+    if not all(0 <= g < a.stages for g in a.lags):
+        raise SystemExit("mcast_feed: --lags from 0 to --stages - 1 (a refill must be issued before its step is read)")
     if a.stages * max(na + nw for na, nw in steps) * BOX_BYTES > 227 * 1024:
         raise SystemExit("mcast_feed: the ring does not fit one SM's shared memory: fewer --stages or boxes")
     if a.compile:
-        print(json.dumps({f"{f}_{na}x{nw}": compile_form(f, na, nw, a.stages) for f in a.forms for na, nw in steps}))
+        print(json.dumps({f"{f}_{na}x{nw}_lag{g}": compile_form(f, na, nw, a.stages, lag=g)
+                          for f in a.forms for na, nw in steps for g in a.lags}))
         return 0
     if not a.out:
         raise SystemExit("mcast_feed: --out DIR (GPU) or --compile (CPU)")
@@ -256,8 +265,8 @@ def main(argv=None) -> int:
         raise SystemExit("mcast_feed: no CUDA device; --compile checks the kernel on the CPU")
     os.makedirs(a.out, exist_ok=True)
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = [show(measure(f, na, nw, a.stages, c or n_sm // 2, a.iters, a.mb))
-            for c in a.clusters for na, nw in steps for f in a.forms]
+    rows = [show(measure(f, na, nw, a.stages, c or n_sm // 2, a.iters, a.mb, g))
+            for g in a.lags for c in a.clusters for na, nw in steps for f in a.forms]
     save(a.out, "mcast_feed.json", rows)
     return 0
 
