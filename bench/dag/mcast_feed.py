@@ -54,10 +54,19 @@ _WAIT = gl.constexpr("""{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; 
 LAB_WAIT: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [a], $2, 1000; @p bra LAB_DONE;
 add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra LAB_WAIT;
 LAB_DONE: mov.u32 $0, n; }""")
+# ``--wait plain``: try_wait without the suspend-time hint, at CTA scope (the full barriers' copies are this CTA's or
+# a multicast's complete_tx; the empty ones take the peer's release.cluster arrival either way)
+_WAIT_PLAIN = gl.constexpr("""{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; add.u32 a, a, $1; mov.u32 n, 0;
+LAB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [a], $2; @p bra LAB_DONE;
+add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra LAB_WAIT;
+LAB_DONE: mov.u32 $0, n; }""")
 _ARRIVE_BOTH = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
 add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
 @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r0];
 @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
+# form ``local``: the slot released in this CTA alone (count-1 empty mbarriers), no cluster-scope release
+_ARRIVE_LOCAL = gl.constexpr("""{ .reg .pred p; .reg .u32 a; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
+add.u32 a, a, $2; @p mbarrier.arrive.shared::cta.b64 _, [a]; mov.u32 $0, 0; }""")
 _EXPECT = gl.constexpr("""{ .reg .pred p; .reg .u32 a; .reg .b64 st; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
 add.u32 a, a, $2; @p mbarrier.arrive.expect_tx.shared::cta.b64 st, [a], $3; mov.u32 $0, 0; }""")
 # a copy into this CTA's slot; ``$7``: issue it (a CTA's share of the multicast boxes is chosen by the caller)
@@ -105,7 +114,8 @@ def _issue(tmap, tid, j, slot, rank, base_a, base_w, rows, A: gl.constexpr, W: g
 
 @gluon.jit
 def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
-             MCAST: gl.constexpr, LAG: gl.constexpr, num_warps: gl.constexpr):
+             MCAST: gl.constexpr, LAG: gl.constexpr, LOCAL: gl.constexpr, PLAIN: gl.constexpr,
+             num_warps: gl.constexpr):
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0], cga_layout=[[0]])
     SLOT: gl.constexpr = (A + W) * BOX
@@ -128,7 +138,7 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
     rank = zero + rank
     for k in gl.static_range(STAGES):
         _asm(_INIT, "=r,r,r,r", [tid, zero + FULL + 8 * k, zero + 1])
-        _asm(_INIT, "=r,r,r,r", [tid, zero + EMPTY + 8 * k, zero + 2])
+        _asm(_INIT, "=r,r,r,r", [tid, zero + EMPTY + 8 * k, zero + (1 if LOCAL else 2)])
     _asm(_INIT_FENCE_SYNC, "=r,r", [tid])
     base_a = ((cid * 2 + rank) * 977 * 64) % rows          # this CTA's rows (its A tiles)
     base_w = (cid * 613 * 64 + rows // 2) % rows             # the cluster's rows (the W tiles both CTAs read)
@@ -140,16 +150,25 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
     for i in range(ITERS):
         s = i % STAGES
         spin = gl.where(late == 0, SPIN, 1)   # after one wait ran out, the rest give up at once
-        n = _asm(_WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
+        if PLAIN:
+            n = _asm(_WAIT_PLAIN, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
+        else:
+            n = _asm(_WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
         late += (n >= spin).to(gl.int32)
-        _asm(_ARRIVE_BOTH, "=r,r,r", [tid, zero + EMPTY + 8 * s])
+        if LOCAL:
+            _asm(_ARRIVE_LOCAL, "=r,r,r", [tid, zero + EMPTY + 8 * s])
+        else:
+            _asm(_ARRIVE_BOTH, "=r,r,r", [tid, zero + EMPTY + 8 * s])
         # refill the slot of step r = i - LAG (LAG 0: the slot just read, so the leader waits for the peer's arrival
         # there and then; LAG k: the slot read k steps ago, whose arrivals have had k steps to land)
         r = i - LAG
         if (r >= 0) & (r + STAGES < ITERS):
             sr = r % STAGES
             spin = gl.where(late == 0, SPIN, 1)
-            n = _asm(_WAIT, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
+            if PLAIN:
+                n = _asm(_WAIT_PLAIN, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
+            else:
+                n = _asm(_WAIT, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
             late += (n >= spin).to(gl.int32)
             _issue(tmap, tid, r + STAGES, sr, rank, base_a, base_w, rows, A, W, SLOT, FULL, MCAST)
     t1 = _stamp(_NOW, lay, NT)
@@ -162,7 +181,7 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
     _asm(_STORE, "=r,r,l,l", [tid, row + 16, late.to(gl.int64)])
 
 
-FORMS = ("copy", "mcast")
+FORMS = ("copy", "mcast", "local")
 
 
 def tensor_map(src):
@@ -182,13 +201,14 @@ def tensor_map(src):
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(src.device)
 
 
-def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int, lag: int = 0) -> dict:
+def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int, lag: int = 0,
+            wait: str = "hint") -> dict:
     from bench.dag.feed_rate import l2_source
     rows, src = l2_source(mb)
     tmap = tensor_map(src)
     launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows,   # noqa: E731
                                                 ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast",
-                                                LAG=lag, num_warps=4, num_ctas=2)
+                                                LAG=lag, LOCAL=form == "local", PLAIN=wait == "plain", num_warps=4, num_ctas=2)
     out, ns, cyc = third_launch(launch, clusters * 2)
     if bool((out[:, 1] <= 0).any()):
         raise SystemExit(f"mcast_feed: {int((out[:, 1] <= 0).sum())} of {clusters * 2} CTAs wrote no clocks ({form} "
@@ -196,13 +216,14 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     late = int(out[:, 2].sum())
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
-    return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag,
+    return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag, wait=wait,
                 ctas=clusters * 2, iters=iters, waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
                 bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * clusters * 2)
 
 
-def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, iters: int = 64, lag: int = 0) -> dict:
+def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, iters: int = 64, lag: int = 0,
+                 wait: str = "hint") -> dict:
     """``_mc_feed`` compiled for sm_90a without a GPU (ptxas included): its copies (plain, multicast), mbarrier
     waits, inits, remote arrivals, cluster size, shared memory and what the ring needs (equal: the ring is at
     offset 0, where the PTX addresses it)."""
@@ -210,13 +231,15 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
 
     from bench.common.sm90_report import compile_gluon
     from bench.dag.feed_rate import cluster_copies
-    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, num_warps=4)
+    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local", PLAIN=wait == "plain",
+               num_warps=4)
     k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_addr": "i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=2)
     ptx = k.asm["ptx"]
     return dict(copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\S*bytes \[", ptx)), **cluster_copies(ptx),
                 waits=ptx.count("mbarrier.try_wait"), inits=ptx.count("mbarrier.init"),
                 remote_arrives=ptx.count("mbarrier.arrive.release.cluster.shared::cluster"),
+                local_arrives=ptx.count("mbarrier.arrive.shared::cta.b64 _"),
                 shared=k.metadata.shared,
                 rank_reads=ptx.count("%cluster_ctarank"), stores=len(re.findall(r"st\.global", ptx)),
                 need=stages * ((a + w) * BOX_BYTES + 16))
@@ -236,6 +259,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lags", nargs="+", type=int, default=[0],
                     help="steps between reading a slot and refilling it (0: at once, waiting for the peer's arrival "
                          "there; k: k steps later, STAGES - k steps in flight)")
+    ap.add_argument("--wait", choices=["hint", "plain"], default="hint",
+                    help="hint: try_wait with a 1 µs suspend-time hint, cluster-scope acquire (the first runs); "
+                         "plain: no hint, CTA scope")
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--mb", type=int, default=8)
     a = ap.parse_args(argv)
@@ -255,7 +281,7 @@ def main(argv=None) -> int:
     if a.stages * max(na + nw for na, nw in steps) * BOX_BYTES > 227 * 1024:
         raise SystemExit("mcast_feed: the ring does not fit one SM's shared memory: fewer --stages or boxes")
     if a.compile:
-        print(json.dumps({f"{f}_{na}x{nw}_lag{g}": compile_form(f, na, nw, a.stages, lag=g)
+        print(json.dumps({f"{f}_{na}x{nw}_lag{g}": compile_form(f, na, nw, a.stages, lag=g, wait=a.wait)
                           for f in a.forms for na, nw in steps for g in a.lags}))
         return 0
     if not a.out:
@@ -265,7 +291,7 @@ def main(argv=None) -> int:
         raise SystemExit("mcast_feed: no CUDA device; --compile checks the kernel on the CPU")
     os.makedirs(a.out, exist_ok=True)
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = [show(measure(f, na, nw, a.stages, c or n_sm // 2, a.iters, a.mb, g))
+    rows = [show(measure(f, na, nw, a.stages, c or n_sm // 2, a.iters, a.mb, g, a.wait))
             for g in a.lags for c in a.clusters for na, nw in steps for f in a.forms]
     save(a.out, "mcast_feed.json", rows)
     return 0
