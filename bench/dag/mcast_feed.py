@@ -64,6 +64,12 @@ _ARRIVE_BOTH = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 
 add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
 @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r0];
 @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
+# ``--arrive relaxed``: the same two arrivals without the release semantics (PTX 8.6 ``.relaxed.cluster``): the slot's
+# reads are the CTA's own waits, nothing it wrote needs to be seen by the peer
+_ARRIVE_BOTH_RELAXED = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
+add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
+@p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [r0];
+@p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
 # form ``local``: the slot released in this CTA alone (count-1 empty mbarriers), no cluster-scope release
 _ARRIVE_LOCAL = gl.constexpr("""{ .reg .pred p; .reg .u32 a; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
 add.u32 a, a, $2; @p mbarrier.arrive.shared::cta.b64 _, [a]; mov.u32 $0, 0; }""")
@@ -115,6 +121,7 @@ def _issue(tmap, tid, j, slot, rank, base_a, base_w, rows, A: gl.constexpr, W: g
 @gluon.jit
 def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
              MCAST: gl.constexpr, LAG: gl.constexpr, LOCAL: gl.constexpr, PLAIN: gl.constexpr,
+             RELAXED: gl.constexpr, ARRIVER: gl.constexpr,
              num_warps: gl.constexpr):
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0], cga_layout=[[0]])
@@ -156,9 +163,11 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
             n = _asm(_WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
         late += (n >= spin).to(gl.int32)
         if LOCAL:
-            _asm(_ARRIVE_LOCAL, "=r,r,r", [tid, zero + EMPTY + 8 * s])
+            _asm(_ARRIVE_LOCAL, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
+        elif RELAXED:
+            _asm(_ARRIVE_BOTH_RELAXED, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
         else:
-            _asm(_ARRIVE_BOTH, "=r,r,r", [tid, zero + EMPTY + 8 * s])
+            _asm(_ARRIVE_BOTH, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
         # refill the slot of step r = i - LAG (LAG 0: the slot just read, so the leader waits for the peer's arrival
         # there and then; LAG k: the slot read k steps ago, whose arrivals have had k steps to land)
         r = i - LAG
@@ -202,13 +211,14 @@ def tensor_map(src):
 
 
 def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int, lag: int = 0,
-            wait: str = "hint") -> dict:
+            wait: str = "hint", arrive: str = "release", arriver: int = 0) -> dict:
     from bench.dag.feed_rate import l2_source
     rows, src = l2_source(mb)
     tmap = tensor_map(src)
-    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows,   # noqa: E731
-                                                ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast",
-                                                LAG=lag, LOCAL=form == "local", PLAIN=wait == "plain", num_warps=4, num_ctas=2)
+    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local",
+               PLAIN=wait == "plain", RELAXED=arrive == "relaxed", ARRIVER=arriver)
+    launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows, **cst,   # noqa: E731
+                                                num_warps=4, num_ctas=2)
     out, ns, cyc = third_launch(launch, clusters * 2)
     if bool((out[:, 1] <= 0).any()):
         raise SystemExit(f"mcast_feed: {int((out[:, 1] <= 0).sum())} of {clusters * 2} CTAs wrote no clocks ({form} "
@@ -216,14 +226,14 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     late = int(out[:, 2].sum())
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
-    return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag, wait=wait,
-                ctas=clusters * 2, iters=iters, waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
+    return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag,
+                wait=wait, arrive=arrive, arriver=arriver, ctas=clusters * 2, iters=iters, waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
                 bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * clusters * 2)
 
 
 def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, iters: int = 64, lag: int = 0,
-                 wait: str = "hint") -> dict:
+                 wait: str = "hint", arrive: str = "release", arriver: int = 0) -> dict:
     """``_mc_feed`` compiled for sm_90a without a GPU (ptxas included): its copies (plain, multicast), mbarrier
     waits, inits, remote arrivals, cluster size, shared memory and what the ring needs (equal: the ring is at
     offset 0, where the PTX addresses it)."""
@@ -231,14 +241,14 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
 
     from bench.common.sm90_report import compile_gluon
     from bench.dag.feed_rate import cluster_copies
-    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local", PLAIN=wait == "plain",
-               num_warps=4)
+    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local",
+               PLAIN=wait == "plain", RELAXED=arrive == "relaxed", ARRIVER=arriver, num_warps=4)
     k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_addr": "i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=2)
     ptx = k.asm["ptx"]
     return dict(copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\S*bytes \[", ptx)), **cluster_copies(ptx),
                 waits=ptx.count("mbarrier.try_wait"), inits=ptx.count("mbarrier.init"),
-                remote_arrives=ptx.count("mbarrier.arrive.release.cluster.shared::cluster"),
+                remote_arrives=len(re.findall(r"mbarrier\.arrive\.(release|relaxed)\.cluster\.shared::cluster", ptx)),
                 local_arrives=ptx.count("mbarrier.arrive.shared::cta.b64 _"),
                 shared=k.metadata.shared,
                 rank_reads=ptx.count("%cluster_ctarank"), stores=len(re.findall(r"st\.global", ptx)),
@@ -262,6 +272,10 @@ def main(argv=None) -> int:
     ap.add_argument("--wait", choices=["hint", "plain"], default="hint",
                     help="hint: try_wait with a 1 µs suspend-time hint, cluster-scope acquire (the first runs); "
                          "plain: no hint, CTA scope")
+    ap.add_argument("--arrive", choices=["release", "relaxed"], default="release",
+                    help="the remote slot releases (forms copy, mcast): release.cluster (the first runs) or relaxed")
+    ap.add_argument("--arrivers", nargs="+", type=int, default=[0], choices=[0, 32],
+                    help="the thread that releases a slot: 0 the copies' issuer, 32 a thread of the next warp")
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--mb", type=int, default=8)
     a = ap.parse_args(argv)
@@ -281,7 +295,8 @@ def main(argv=None) -> int:
     if a.stages * max(na + nw for na, nw in steps) * BOX_BYTES > 227 * 1024:
         raise SystemExit("mcast_feed: the ring does not fit one SM's shared memory: fewer --stages or boxes")
     if a.compile:
-        print(json.dumps({f"{f}_{na}x{nw}_lag{g}": compile_form(f, na, nw, a.stages, lag=g, wait=a.wait)
+        print(json.dumps({f"{f}_{na}x{nw}_lag{g}": compile_form(f, na, nw, a.stages, lag=g, wait=a.wait,
+                                                                      arrive=a.arrive, arriver=a.arrivers[0])
                           for f in a.forms for na, nw in steps for g in a.lags}))
         return 0
     if not a.out:
@@ -291,8 +306,8 @@ def main(argv=None) -> int:
         raise SystemExit("mcast_feed: no CUDA device; --compile checks the kernel on the CPU")
     os.makedirs(a.out, exist_ok=True)
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = [show(measure(f, na, nw, a.stages, c or n_sm // 2, a.iters, a.mb, g, a.wait))
-            for g in a.lags for c in a.clusters for na, nw in steps for f in a.forms]
+    rows = [show(measure(f, na, nw, a.stages, c or n_sm // 2, a.iters, a.mb, g, a.wait, a.arrive, t))
+            for t in a.arrivers for g in a.lags for c in a.clusters for na, nw in steps for f in a.forms]
     save(a.out, "mcast_feed.json", rows)
     return 0
 
