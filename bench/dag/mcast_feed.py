@@ -66,8 +66,8 @@ add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1
 @p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
 # ``--arrive relaxed``: the same two arrivals without the release semantics (PTX 8.6 ``.relaxed.cluster``): the slot's
 # reads are the CTA's own waits, nothing it wrote needs to be seen by the peer
-_ARRIVE_BOTH_RELAXED = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
-add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
+_ARRIVE_BOTH_RELAXED = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0;
+mov.u32 a, global_smem; add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
 @p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [r0];
 @p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
 # form ``local``: the slot released in this CTA alone (count-1 empty mbarriers), no cluster-scope release
@@ -227,7 +227,8 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
     return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag,
-                wait=wait, arrive=arrive, arriver=arriver, ctas=clusters * 2, iters=iters, waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
+                wait=wait, arrive=arrive, arriver=arriver, ctas=clusters * 2, iters=iters, waits_timed_out=late,
+                void=late > 0, us_per_step=ns / iters / 1e3,
                 bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * clusters * 2)
 
