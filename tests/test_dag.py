@@ -1063,7 +1063,8 @@ def test_mcast_feed_probe_compiles_for_sm90():
     through ptxas; ``copy`` loads every box itself, ``mcast`` its A boxes plainly and each W box as a multicast (half
     of them a CTA, chosen at run time); the ring is the kernel's only shared memory (its PTX addresses start at 0);
     two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs, a slot refilled
-    at once or ``--lags`` steps later alike; each CTA stores its own row; bad steps and lags are refused with the fix."""
+    at once or ``--lags`` steps later alike, released in its own CTA only (form ``local``) or by relaxed arrivals;
+    each CTA stores its own row; bad steps and lags are refused with the fix."""
     import json
     import os
     import subprocess
@@ -1084,6 +1085,15 @@ def test_mcast_feed_probe_compiles_for_sm90():
             assert f["waits"] == 2 and f["inits"] == 8 and f["remote_arrives"] == 2, f
             # each CTA stores its own row (three int64, unmasked by rank: Triton's own store masked rank 1 off)
             assert f["stores"] == 3 and f["rank_reads"] == 1, f
+    # the slot's release in its own CTA only (form local), or in both without release semantics (--arrive relaxed)
+    out = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x2", "--forms",
+                          "local", "copy", "--arrive", "relaxed", "--arrivers", "32", "--wait", "plain"],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["local_2x2_lag0"]["remote_arrives"] == 0 and r["local_2x2_lag0"]["local_arrives"] == 1, r
+    assert r["copy_2x2_lag0"]["remote_arrives"] == 2 and r["copy_2x2_lag0"]["local_arrives"] == 0, r
+    assert all(f["waits"] == 2 and f["copies"] == 20 for f in r.values()), r
     bad = subprocess.run([sys.executable, "-m", "bench.dag.mcast_feed", "--compile", "--steps", "2x3"],
                          capture_output=True, text=True, env=env, timeout=120, cwd=root)
     assert bad.returncode != 0 and "even number of W boxes" in bad.stderr, bad.stderr[-500:]

@@ -50,29 +50,33 @@ _INIT_FENCE_SYNC = gl.constexpr("""{ fence.mbarrier_init.release.cluster; fence.
 barrier.cluster.arrive.release; barrier.cluster.wait.acquire; mov.u32 $0, $1; }""")
 _SYNC = gl.constexpr("""{ barrier.cluster.arrive.release; barrier.cluster.wait.acquire;
 mov.u32 $0, $1; }""")
-_WAIT = gl.constexpr("""{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; add.u32 a, a, $1; mov.u32 n, 0;
-LAB_WAIT: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [a], $2, 1000; @p bra LAB_DONE;
-add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra LAB_WAIT;
-LAB_DONE: mov.u32 $0, n; }""")
-# ``--wait plain``: try_wait without the suspend-time hint, at CTA scope (the full barriers' copies are this CTA's or
-# a multicast's complete_tx; the empty ones take the peer's release.cluster arrival either way)
-_WAIT_PLAIN = gl.constexpr("""{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; add.u32 a, a, $1; mov.u32 n, 0;
-LAB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [a], $2; @p bra LAB_DONE;
-add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra LAB_WAIT;
-LAB_DONE: mov.u32 $0, n; }""")
-_ARRIVE_BOTH = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
-add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
-@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r0];
-@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
-# ``--arrive relaxed``: the same two arrivals without the release semantics (PTX 8.6 ``.relaxed.cluster``): the slot's
-# reads are the CTA's own waits, nothing it wrote needs to be seen by the peer
-_ARRIVE_BOTH_RELAXED = gl.constexpr("""{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0;
-mov.u32 a, global_smem; add.u32 a, a, $2; mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;
-@p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [r0];
-@p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }""")
-# form ``local``: the slot released in this CTA alone (count-1 empty mbarriers), no cluster-scope release
-_ARRIVE_LOCAL = gl.constexpr("""{ .reg .pred p; .reg .u32 a; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
-add.u32 a, a, $2; @p mbarrier.arrive.shared::cta.b64 _, [a]; mov.u32 $0, 0; }""")
+
+def _wait_ptx(hint: bool) -> str:
+    """A bounded wait on an mbarrier's phase: $1 its offset, $2 the parity, $3 the polls before it gives up; returns
+    the polls made. ``hint``: ``try_wait`` with a 1 µs suspend-time hint at cluster scope (the first runs);
+    otherwise no hint, CTA scope (``--wait plain``: a full barrier's copies are this CTA's or a multicast's
+    ``complete_tx``; an empty one takes the peer's cluster-scope arrival either way)."""
+    op = "try_wait.parity.acquire.cluster.shared::cta.b64 p, [a], $2, 1000" if hint else \
+        "try_wait.parity.shared::cta.b64 p, [a], $2"
+    return ("{ .reg .pred p; .reg .u32 a, n; mov.u32 a, global_smem; add.u32 a, a, $1; mov.u32 n, 0;\n"
+            f"LAB_WAIT: mbarrier.{op}; @p bra LAB_DONE;\n"
+            "add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra LAB_WAIT;\nLAB_DONE: mov.u32 $0, n; }")
+
+
+def _arrive_ptx(kind: str) -> str:
+    """The leader's release of the slot whose empty mbarrier is at offset $2 ($1: 0 on the releasing thread).
+    ``release``: an arrival in both CTAs with cluster-scope release semantics, as a slot a multicast fills needs (the
+    first runs); ``relaxed``: the same two without them (PTX 8.6 ``.relaxed.cluster``: the slot's reads are the CTA's
+    own waits, nothing it wrote needs to be seen by the peer); ``local``: one arrival in this CTA alone (form
+    ``local``, count-1 empty mbarriers)."""
+    head = "{ .reg .pred p; .reg .u32 a, r0, r1; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem; add.u32 a, a, $2;\n"
+    if kind == "local":
+        return head + "@p mbarrier.arrive.shared::cta.b64 _, [a]; mov.u32 $0, 0; }"
+    return (head + "mapa.shared::cluster.u32 r0, a, 0; mapa.shared::cluster.u32 r1, a, 1;\n"
+            f"@p mbarrier.arrive.{kind}.cluster.shared::cluster.b64 _, [r0];\n"
+            f"@p mbarrier.arrive.{kind}.cluster.shared::cluster.b64 _, [r1]; mov.u32 $0, 0; }}")
+
+
 _EXPECT = gl.constexpr("""{ .reg .pred p; .reg .u32 a; .reg .b64 st; setp.eq.u32 p, $1, 0; mov.u32 a, global_smem;
 add.u32 a, a, $2; @p mbarrier.arrive.expect_tx.shared::cta.b64 st, [a], $3; mov.u32 $0, 0; }""")
 # a copy into this CTA's slot; ``$7``: issue it (a CTA's share of the multicast boxes is chosen by the caller)
@@ -120,9 +124,8 @@ def _issue(tmap, tid, j, slot, rank, base_a, base_w, rows, A: gl.constexpr, W: g
 
 @gluon.jit
 def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
-             MCAST: gl.constexpr, LAG: gl.constexpr, LOCAL: gl.constexpr, PLAIN: gl.constexpr,
-             RELAXED: gl.constexpr, ARRIVER: gl.constexpr,
-             num_warps: gl.constexpr):
+             MCAST: gl.constexpr, LAG: gl.constexpr, LOCAL: gl.constexpr, WAIT: gl.constexpr,
+             ARRIVE: gl.constexpr, ARRIVER: gl.constexpr, num_warps: gl.constexpr):
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0], cga_layout=[[0]])
     SLOT: gl.constexpr = (A + W) * BOX
@@ -157,27 +160,16 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
     for i in range(ITERS):
         s = i % STAGES
         spin = gl.where(late == 0, SPIN, 1)   # after one wait ran out, the rest give up at once
-        if PLAIN:
-            n = _asm(_WAIT_PLAIN, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
-        else:
-            n = _asm(_WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
+        n = _asm(WAIT, "=r,r,r,r", [zero + FULL + 8 * s, zero + ((i // STAGES) & 1), spin])
         late += (n >= spin).to(gl.int32)
-        if LOCAL:
-            _asm(_ARRIVE_LOCAL, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
-        elif RELAXED:
-            _asm(_ARRIVE_BOTH_RELAXED, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
-        else:
-            _asm(_ARRIVE_BOTH, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
+        _asm(ARRIVE, "=r,r,r", [tid - ARRIVER, zero + EMPTY + 8 * s])
         # refill the slot of step r = i - LAG (LAG 0: the slot just read, so the leader waits for the peer's arrival
         # there and then; LAG k: the slot read k steps ago, whose arrivals have had k steps to land)
         r = i - LAG
         if (r >= 0) & (r + STAGES < ITERS):
             sr = r % STAGES
             spin = gl.where(late == 0, SPIN, 1)
-            if PLAIN:
-                n = _asm(_WAIT_PLAIN, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
-            else:
-                n = _asm(_WAIT, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
+            n = _asm(WAIT, "=r,r,r,r", [zero + EMPTY + 8 * sr, zero + ((r // STAGES) & 1), spin])
             late += (n >= spin).to(gl.int32)
             _issue(tmap, tid, r + STAGES, sr, rank, base_a, base_w, rows, A, W, SLOT, FULL, MCAST)
     t1 = _stamp(_NOW, lay, NT)
@@ -210,13 +202,21 @@ def tensor_map(src):
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(src.device)
 
 
+def constexprs(form: str, a: int, w: int, stages: int, iters: int, lag: int, wait: str, arrive: str,
+               arriver: int) -> dict:
+    """``_mc_feed``'s constexprs for a configuration (one place for the run and the CPU compile): the wait's and the
+    slot release's PTX chosen here (form ``local`` releases in its own CTA whatever ``arrive`` says)."""
+    return dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local",
+                WAIT=_wait_ptx(wait == "hint"), ARRIVE=_arrive_ptx("local" if form == "local" else arrive),
+                ARRIVER=arriver)
+
+
 def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, mb: int, lag: int = 0,
             wait: str = "hint", arrive: str = "release", arriver: int = 0) -> dict:
     from bench.dag.feed_rate import l2_source
     rows, src = l2_source(mb)
     tmap = tensor_map(src)
-    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local",
-               PLAIN=wait == "plain", RELAXED=arrive == "relaxed", ARRIVER=arriver)
+    cst = constexprs(form, a, w, stages, iters, lag, wait, arrive, arriver)
     launch = lambda out: _mc_feed[(clusters, )](tmap.data_ptr(), out.data_ptr(), rows, **cst,   # noqa: E731
                                                 num_warps=4, num_ctas=2)
     out, ns, cyc = third_launch(launch, clusters * 2)
@@ -242,8 +242,7 @@ def compile_form(form: str = "mcast", a: int = 2, w: int = 2, stages: int = 4, i
 
     from bench.common.sm90_report import compile_gluon
     from bench.dag.feed_rate import cluster_copies
-    cst = dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local",
-               PLAIN=wait == "plain", RELAXED=arrive == "relaxed", ARRIVER=arriver, num_warps=4)
+    cst = dict(constexprs(form, a, w, stages, iters, lag, wait, arrive, arriver), num_warps=4)
     k = compile_gluon(_mc_feed, {"tmap_addr": "i64", "out_addr": "i64", "rows": "i32"}, cst, num_warps=4,
                       num_ctas=2)
     ptx = k.asm["ptx"]
