@@ -124,7 +124,7 @@ def _issue(tmap, tid, j, slot, rank, base_a, base_w, rows, A: gl.constexpr, W: g
 
 @gluon.jit
 def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W: gl.constexpr, STAGES: gl.constexpr,
-             MCAST: gl.constexpr, LAG: gl.constexpr, LOCAL: gl.constexpr, WAIT: gl.constexpr,
+             MCAST: gl.constexpr, LAG: gl.constexpr, ARRIVALS: gl.constexpr, WAIT: gl.constexpr,
              ARRIVE: gl.constexpr, ARRIVER: gl.constexpr, num_warps: gl.constexpr):
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0], cga_layout=[[0]])
@@ -148,7 +148,7 @@ def _mc_feed(tmap_addr, out_addr, rows, ITERS: gl.constexpr, A: gl.constexpr, W:
     rank = zero + rank
     for k in gl.static_range(STAGES):
         _asm(_INIT, "=r,r,r,r", [tid, zero + FULL + 8 * k, zero + 1])
-        _asm(_INIT, "=r,r,r,r", [tid, zero + EMPTY + 8 * k, zero + (1 if LOCAL else 2)])
+        _asm(_INIT, "=r,r,r,r", [tid, zero + EMPTY + 8 * k, zero + ARRIVALS])
     _asm(_INIT_FENCE_SYNC, "=r,r", [tid])
     base_a = ((cid * 2 + rank) * 977 * 64) % rows          # this CTA's rows (its A tiles)
     base_w = (cid * 613 * 64 + rows // 2) % rows             # the cluster's rows (the W tiles both CTAs read)
@@ -202,12 +202,18 @@ def tensor_map(src):
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(src.device)
 
 
+def release(form: str, arrive: str) -> str:
+    """How a slot is released: form ``local`` in its own CTA whatever ``--arrive`` says, the others by ``arrive``."""
+    return "local" if form == "local" else arrive
+
+
 def constexprs(form: str, a: int, w: int, stages: int, iters: int, lag: int, wait: str, arrive: str,
                arriver: int) -> dict:
     """``_mc_feed``'s constexprs for a configuration (one place for the run and the CPU compile): the wait's and the
-    slot release's PTX chosen here (form ``local`` releases in its own CTA whatever ``arrive`` says)."""
-    return dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag, LOCAL=form == "local",
-                WAIT=_wait_ptx(wait == "hint"), ARRIVE=_arrive_ptx("local" if form == "local" else arrive),
+    slot release's PTX, and the empty mbarriers' count (the arrivals a release makes in each CTA)."""
+    kind = release(form, arrive)
+    return dict(ITERS=iters, A=a, W=w, STAGES=stages, MCAST=form == "mcast", LAG=lag,
+                ARRIVALS=1 if kind == "local" else 2, WAIT=_wait_ptx(wait == "hint"), ARRIVE=_arrive_ptx(kind),
                 ARRIVER=arriver)
 
 
@@ -227,8 +233,8 @@ def measure(form: str, a: int, w: int, stages: int, clusters: int, iters: int, m
     step = (a + w) * BOX_BYTES
     l2 = (a + (w / 2 if form == "mcast" else w)) * BOX_BYTES
     return dict(form=form, a=a, w=w, step_kb=step // 1024, l2_kb_per_cta=l2 / 1024, stages=stages, lag=lag,
-                wait=wait, arrive=arrive, arriver=arriver, ctas=clusters * 2, iters=iters, waits_timed_out=late,
-                void=late > 0, us_per_step=ns / iters / 1e3,
+                wait=wait, arrive=release(form, arrive), arriver=arriver, ctas=clusters * 2, iters=iters,
+                waits_timed_out=late, void=late > 0, us_per_step=ns / iters / 1e3,
                 bytes_per_clk_sm=step * iters / cyc, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * clusters * 2)
 
