@@ -526,6 +526,28 @@ def test_simulate_table_prices_levers_and_restores_the_cost_model(capsys):
     assert float(cheap[1].split()[3]) < float(base[1].split()[3])   # the critical path
 
 
+def test_simulate_ws_tuned_builds_each_case_with_its_committed_parameters(capsys):
+    """``bench.dag.simulate --ws --tuned h200``: form ws's costs and one program an SM, each case's graph from its
+    committed parameters (case 4's: 64-wide tiles, its task count differs from the defaults'), a --param over them;
+    a GPU without committed parameters is refused naming the file."""
+    from bench.dag import levers, simulate
+    from bench.dag.ws_ab import committed_params
+    from kernels import load_case
+    case = load_case(4)
+    simulate.main(["4", "--ws", "--tuned", "h200", "--seeds", "2"])
+    out = capsys.readouterr().out.splitlines()
+    assert "132 programs, cost model ws" in out[0]
+    want = host.graph_for(case, n_programs=132, cost=levers.WS["cost"], **committed_params(case, "h200"))
+    assert int(out[1].split()[1]) == len(want.tasks)
+    simulate.main(["4", "--ws", "--tuned", "h200", "--seeds", "2", "--param", "split_k_o=1"])
+    fewer = capsys.readouterr().out.splitlines()
+    assert int(fewer[1].split()[1]) < len(want.tasks)
+    simulate.main(["4", "--seeds", "2"])
+    assert "132 programs, cost model h200" in capsys.readouterr().out      # without --ws: form tl's, as before
+    with pytest.raises(SystemExit, match="config/tuned/nogpu/case04.yaml"):
+        simulate.main(["4", "--ws", "--tuned", "nogpu"])
+
+
 def test_check_gpu_configs_are_valid_parameters():
     """Every ``bench/dag/check_gpu`` configuration names parameters ``prepare`` knows, with allowed values (a typo
     would cost a GPU call; the tune candidates: tests/test_tuning.py)."""
