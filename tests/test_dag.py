@@ -548,6 +548,36 @@ def test_simulate_ws_tuned_builds_each_case_with_its_committed_parameters(capsys
         simulate.main(["4", "--ws", "--tuned", "nogpu"])
 
 
+def test_cluster_price_partitions_by_row_block_and_matches_the_queue_in_one_cluster(capsys):
+    """``bench.dag.cluster_price``: every task of a row block lands in that row block's clusters (with more clusters
+    than row blocks, spread by column tile, head or LayerNorm chunk); one cluster of every program with today's link
+    is today's queue exactly (``kernels.dag.sim.timed``); the CLI prices a case and refuses more programs than SMs."""
+    from bench.dag import cluster_price as CP
+    from bench.dag.levers import WS
+    from bench.dag.ws_ab import committed_params
+    from kernels import load_case
+    from kernels.dag.sim import timed
+    case = load_case(4)
+    g = host.graph_for(case, n_programs=132, cost=WS["cost"], **committed_params(case, "h200"))
+    nm = case.tokens // g.tiling.block_m
+    for n in (nm, 2 * nm):
+        cl = CP.clusters_of(g, n)
+        assert set(cl) == set(range(n))
+        per = n // nm
+        for t, c in zip(g.tasks, cl):
+            assert c // per == CP.row_block(t, case, g.tiling)
+    dur = CP.durations(g, None, None, None, 0.0, 0)
+    assert dur == [t.cost for t in g.tasks]
+    one, share = CP.partitioned(g, [0] * len(g.tasks), 1, 132, dur, WS["pop_us"], WS["signal_us"], 0.0)
+    assert share == 1.0
+    assert one == pytest.approx(timed(g, 132, "queue", 0.0, WS["pop_us"], WS["signal_us"]).makespan_us)
+    CP.main(["4", "--seeds", "1", "--link-intra", "0.3"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[0] == "case04" and len(out[1].split()) == 10
+    with pytest.raises(SystemExit, match="more than the 132 SMs"):
+        CP.main(["4", "--seeds", "1", "--size", "16", "--clusters", "9"])
+
+
 def test_check_gpu_configs_are_valid_parameters():
     """Every ``bench/dag/check_gpu`` configuration names parameters ``prepare`` knows, with allowed values (a typo
     would cost a GPU call; the tune candidates: tests/test_tuning.py)."""
