@@ -1,7 +1,7 @@
 """A cluster-resident schedule priced on form ws's model before it is built (lab; docs/dag.md, "What bounds it").
 
-The idea ``bench.dag.cluster_link`` probes: keep a row block's stages inside one thread-block cluster, so that most
-hand-overs go through the cluster (a producer writing into its dependant's shared memory) instead of L2. What that
+The idea: keep a row block's stages inside one thread-block cluster, so that most hand-overs go through the cluster (a
+producer writing into its dependant's shared memory and arriving on its mbarrier) instead of L2. What that
 costs besides the cheaper link is the schedule: a cluster's programs can only take their own row block's tasks, so
 where today any free SM takes the next ticket, here a cluster waits while another has work. This prices both.
 
@@ -20,8 +20,8 @@ shared memory). The base line is today's: one queue over 132 programs, every lin
 
 Per case (µs, the mean of ``--seeds`` runs with σ = ``--jitter``, the first run without): today's schedule on the
 committed graph, the global queue on the graph priced, the partitioned schedule on it and its change against today,
-the share of links inside a cluster, the programs' idle fraction, and the published speedup times today / cluster. A partition
-wants other tiles than the global queue's (a row block's stage on 16 SMs, not 132): ``--search`` tries form ws's
+the share of links inside a cluster, the programs' idle fraction, and the published speedup times today / cluster.
+A partition wants other tiles than the global queue's (a row block's stage on 16 SMs, not 132): ``--search`` tries form ws's
 graph tilings (``SEARCH``: QKV tiles 64 or 128 wide, the other GEMMs' 64 or 128, the K splits) and prints, per case,
 the best partitioned schedule and, beside it, the best global queue over the same tilings (so a gain that retiling
 alone would give is not counted as the cluster's).
