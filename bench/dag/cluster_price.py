@@ -142,7 +142,7 @@ def price(case, params: dict, size: int, n_clusters: int, link_intra: float, lin
 
 
 def main(argv=None) -> int:
-    from bench.dag.ws_ab import committed_params
+    from bench.dag.ws_ab import require_committed
     from kernels import load_case
     from kernels.dag.host import parse_value
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -169,9 +169,7 @@ def main(argv=None) -> int:
     speed = []
     for c in a.cases:
         case = load_case(c)
-        committed = committed_params(case, a.tuned)
-        if committed is None:
-            raise SystemExit(f"cluster_price: {case.name} has no committed dag parameters for {a.tuned}")
+        committed = require_committed(case, a.tuned, "cluster_price")
         params = dict(committed, **given)
         today = global_us(case, committed, a.seeds, a.jitter)
         run = lambda p: price(case, p, a.size, a.clusters, a.link_intra, a.link_inter, a.fixed_us,  # noqa: E731

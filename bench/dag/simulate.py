@@ -62,12 +62,8 @@ def main(argv=None):
         case = load_case(c)
         params = dict(given)
         if a.tuned:
-            from bench.dag.ws_ab import committed_params
-            committed = committed_params(case, a.tuned)
-            if committed is None:
-                raise SystemExit(f"simulate: {case.name} has no committed dag parameters for {a.tuned} "
-                                 f"(config/tuned/{a.tuned}/{case.name}.yaml); drop --tuned or tune the case")
-            params = dict(committed, **given)
+            from bench.dag.ws_ab import require_committed
+            params = dict(require_committed(case, a.tuned, "simulate"), **given)
         g = graph_for(case, n_programs=a.programs, cost=cost, **params)
         if a.durations:
             other = graph_for(case, n_programs=a.programs, **dict(params, cost_model=a.durations))

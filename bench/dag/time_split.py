@@ -218,13 +218,11 @@ def capture(case_id, out: str, extra: dict | None = None, tag: str = "") -> str:
     save the third (``trace_<case><tag>.pt``)."""
     import torch
 
-    from bench.dag.ws_ab import committed_params
+    from bench.dag.ws_ab import require_committed
     from kernels import load_case, make_input, make_weights
     from kernels.dag import host
     case = load_case(case_id)
-    params = committed_params(case, "h200")
-    if params is None:
-        raise SystemExit(f"time_split: {case.name} has no committed dag parameters for the H200")
+    params = require_committed(case, "h200", "time_split")
     w = make_weights(case, device=torch.device("cuda"))
     extra = extra or {}
     over = {k[1:]: v for k, v in extra.items() if k.startswith("@")}

@@ -95,6 +95,15 @@ def committed_params(case, gpu: str) -> dict | None:
     return None if block is None else dict(block["params"])
 
 
+def require_committed(case, gpu: str, tool: str) -> dict:
+    """``committed_params``, or ``tool``'s refusal naming the tuned file it needs."""
+    params = committed_params(case, gpu)
+    if params is None:
+        raise SystemExit(f"{tool}: {case.name} has no committed dag parameters for {gpu} "
+                         f"(config/tuned/{gpu}/{case.name}.yaml); tune the case or choose another GPU")
+    return params
+
+
 def run_case(case, variants: list, a) -> None:
     """Every variant (name, parameters, constexpr overrides) on ``case``: prepared and gated, then timed interleaved
     (``a.rounds``); one JSON file in ``a.out``."""
