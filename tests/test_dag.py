@@ -571,9 +571,18 @@ def test_cluster_price_partitions_by_row_block_and_matches_the_queue_in_one_clus
     one, share = CP.partitioned(g, [0] * len(g.tasks), 1, 132, dur, WS["pop_us"], WS["signal_us"], 0.0)
     assert share == 1.0
     assert one == pytest.approx(timed(g, 132, "queue", 0.0, WS["pop_us"], WS["signal_us"]).makespan_us)
-    CP.main(["4", "--seeds", "1", "--link-intra", "0.3"])
+    # an order fitted to the partition: every task once, producers first; in one cluster at today's link, no slower
+    # than today's queue order on the cost model's durations
+    order = CP.partition_order(g, cl, n, 132 // n, 0.3, WS["signal_us"])
+    assert sorted(order) == list(range(len(g.tasks)))
+    pos = {i: k for k, i in enumerate(order)}
+    assert all(pos[q] < pos[i] for i in range(len(g.tasks)) for q in g.producers[i])
+    mine = CP.partition_order(g, [0] * len(g.tasks), 1, 132, WS["signal_us"], WS["signal_us"])
+    fitted, _ = CP.partitioned(g, [0] * len(g.tasks), 1, 132, dur, WS["pop_us"], WS["signal_us"], 0.0, mine)
+    assert fitted <= one * 1.02
+    CP.main(["4", "--seeds", "1", "--link-intra", "0.3", "--order", "partition"])
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split()[0] == "case04" and len(out[1].split()) == 10
+    assert out[1].split()[0] == "case04" and len(out[1].split()) == 10 and "partition order" in out[0]
     with pytest.raises(SystemExit, match="more than the 132 SMs"):
         CP.main(["4", "--seeds", "1", "--size", "16", "--clusters", "9"])
 

@@ -9,11 +9,12 @@ The graph is each case's committed one (``config/tuned/<gpu>/<case>.yaml``, ``--
 are ``--clusters`` clusters of ``--size`` programs (the rest idle). Each task belongs to the cluster of its rows:
 row block m of NM goes to cluster m mod clusters when NM ≥ clusters; when there are more clusters than row blocks,
 each row block has clusters // NM of them and its tasks are dealt over them by column tile (GEMMs), head (attention)
-or LayerNorm row chunk. Every cluster runs the queue order's tasks that are its own, its programs taking them as
-today's programs take tickets. A link costs ``--link-intra`` µs between two tasks of one cluster and ``--link-inter``
-between clusters (today's 1.2); a task's fixed time is the model's 1.5 µs unless ``--fixed-us``, and
-``--fixed-intra-us`` sets it for a task whose producers are all in its own cluster (its first operands already in
-shared memory). The base line is today's: one queue over 132 programs, every link 1.2 µs.
+or LayerNorm row chunk. Every cluster runs the queue order's tasks that are its own (``--order partition``: an order
+fitted to the partition, ``partition_order``), its programs taking them as today's programs take tickets. A link
+costs ``--link-intra`` µs between two tasks of one cluster and ``--link-inter`` between clusters (today's 1.2); a
+task's fixed time is the model's 1.5 µs unless ``--fixed-us``, and ``--fixed-intra-us`` sets it for a task whose
+producers are all in its own cluster (its first operands already in shared memory). The base line is today's: one
+queue over 132 programs, every link 1.2 µs.
 
     python -m bench.dag.cluster_price 2 3 4 12 --size 16 --clusters 8 --link-intra 0.3
     python -m bench.dag.cluster_price 2 3 4 12 --size 16 --clusters 8 --link-intra 0.3 --search
@@ -21,10 +22,10 @@ shared memory). The base line is today's: one queue over 132 programs, every lin
 Per case (µs, the mean of ``--seeds`` runs with σ = ``--jitter``, the first run without): today's schedule on the
 committed graph, the global queue on the graph priced, the partitioned schedule on it and its change against today,
 the share of links inside a cluster, the programs' idle fraction, and the published speedup times today / cluster.
-A partition wants other tiles than the global queue's (a row block's stage on 16 SMs, not 132): ``--search`` tries form ws's
-graph tilings (``SEARCH``: QKV tiles 64 or 128 wide, the other GEMMs' 64 or 128, the K splits) and prints, per case,
-the best partitioned schedule and, beside it, the best global queue over the same tilings (so a gain that retiling
-alone would give is not counted as the cluster's).
+A partition wants other tiles than the global queue's (a row block's stage on 16 SMs, not 132): ``--search`` tries
+form ws's graph tilings (``SEARCH``: QKV tiles 64 or 128 wide, the other GEMMs' 64 or 128, the K splits) and prints,
+per case, the best partitioned schedule and, beside it, the best global queue over the same tilings (so a gain that
+retiling alone would give is not counted as the cluster's).
 """
 from __future__ import annotations
 
@@ -66,14 +67,61 @@ def clusters_of(g: G.Graph, n_clusters: int) -> list[int]:
     return out
 
 
+def partition_order(g: G.Graph, cluster: list, n_clusters: int, size: int, link_intra: float,
+                    link_inter: float) -> list[int]:
+    """A queue order fitted to the partition: the start order of a list schedule (the cost model's durations) in
+    which each cluster's ``size`` programs start the ready task of their cluster with the longest chain of costs and
+    links still ahead of it, as ``graph.critical_order`` does over all programs."""
+    n = len(g.tasks)
+    cons: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(g.producers):
+        for q in ps:
+            cons[q].append(i)
+    link = lambda a, b: link_intra if cluster[a] == cluster[b] else link_inter   # noqa: E731
+    bottom = [0.0] * n
+    for i in range(n - 1, -1, -1):          # the queue order is topological
+        bottom[i] = g.tasks[i].cost + max((link(i, c) + bottom[c] for c in cons[i]), default=0.0)
+    missing = [len(ps) for ps in g.producers]
+    ready_at = [0.0] * n
+    ready: list[list] = [[] for _ in range(n_clusters)]        # per cluster: (-bottom, task) whose producers ended
+    for i in range(n):
+        if not missing[i]:
+            heapq.heappush(ready[cluster[i]], (-bottom[i], i))
+    events = [(0.0, 1, c) for c in range(n_clusters) for _ in range(size)]   # (time, 1: a program of c free)
+    heapq.heapify(events)
+    start = [0.0] * n
+    waiting: list[list[float]] = [[] for _ in range(n_clusters)]            # free programs' times, per cluster
+    while events:
+        t, kind, x = heapq.heappop(events)
+        if kind == 0:                       # task x finished: its consumers may become ready
+            for c in cons[x]:
+                missing[c] -= 1
+                ready_at[c] = max(ready_at[c], t + link(x, c))
+                if not missing[c]:
+                    heapq.heappush(ready[cluster[c]], (-bottom[c], c))
+                    if waiting[cluster[c]]:
+                        heapq.heappush(events, (t, 1, cluster[c]))
+                        waiting[cluster[c]].pop()
+            continue
+        if not ready[x]:
+            waiting[x].append(t)            # this program waits for a task of its cluster to become ready
+            continue
+        _, i = heapq.heappop(ready[x])
+        start[i] = max(t, ready_at[i])
+        heapq.heappush(events, (start[i] + g.tasks[i].cost, 0, i))
+        heapq.heappush(events, (start[i] + g.tasks[i].cost, 1, x))
+    return sorted(range(n), key=lambda i: (start[i], -bottom[i], i))
+
+
 def partitioned(g: G.Graph, cluster: list, n_clusters: int, size: int, dur: list, pop_us: float,
-                link_intra: float, link_inter: float) -> tuple[float, float]:
+                link_intra: float, link_inter: float, order: list | None = None) -> tuple[float, float]:
     """Makespan and the share of intra-cluster links: each cluster's ``size`` programs take that cluster's tasks in
-    queue order, the first free one the next (as ``kernels.dag.sim.timed``'s ``queue`` does over all programs)."""
+    queue order (``order``: another topological order), the first free one the next (as ``kernels.dag.sim.timed``'s
+    ``queue`` does over all programs)."""
     free = [[(0.0, k) for k in range(size)] for _ in range(n_clusters)]
     finish = [0.0] * len(g.tasks)
     intra = links = 0
-    for i, t in enumerate(g.tasks):
+    for i in (range(len(g.tasks)) if order is None else order):
         c = cluster[i]
         t_free, k = heapq.heappop(free[c])
         ready = t_free + pop_us
@@ -121,17 +169,19 @@ def tilings(params: dict):
 
 
 def price(case, params: dict, size: int, n_clusters: int, link_intra: float, link_inter: float,
-          fixed_us: float | None, fixed_intra_us: float | None, seeds: int, jitter: float) -> dict:
+          fixed_us: float | None, fixed_intra_us: float | None, seeds: int, jitter: float,
+          order: str = "queue") -> dict:
     from bench.dag.levers import WS
     from kernels.dag.host import graph_for
     if size * n_clusters > WS["programs"]:
         raise SystemExit(f"cluster_price: {n_clusters} clusters of {size} are more than the {WS['programs']} SMs")
     g = graph_for(case, n_programs=WS["programs"], cost=WS["cost"], **params)
     cluster = clusters_of(g, n_clusters)
+    seq = partition_order(g, cluster, n_clusters, size, link_intra, link_inter) if order == "partition" else None
     new, share = [], 0.0
     for s in range(seeds):
         dur = durations(g, cluster, fixed_us, fixed_intra_us, jitter if s else 0.0, s)
-        ms, share = partitioned(g, cluster, n_clusters, size, dur, WS["pop_us"], link_intra, link_inter)
+        ms, share = partitioned(g, cluster, n_clusters, size, dur, WS["pop_us"], link_intra, link_inter, seq)
         new.append(ms)
     b = global_us(case, params, seeds, jitter)
     n = sum(new[1:]) / (seeds - 1) if seeds > 1 else new[0]
@@ -159,13 +209,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--jitter", type=float, default=0.1)
     ap.add_argument("--search", action="store_true", help="the best of SEARCH's tilings, partitioned and global")
+    ap.add_argument("--order", choices=("queue", "partition"), default="queue",
+                    help="each cluster's tasks in today's queue order, or in an order fitted to the partition")
     a = ap.parse_args(argv)
     if a.size < 1 or a.clusters < 1:
         raise SystemExit("cluster_price: --size and --clusters at least 1")
     given = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
     print(f"{'case':6} {'tasks':>6} {'rows':>4} {'today':>7} {'global':>7} {'cluster':>8} {'change':>7} {'intra':>6} "
           f"{'idle':>5} {'×peer':>6}  ({a.clusters} clusters of {a.size}; links {a.link_intra} / {a.link_inter} µs; "
-          f"fixed {a.fixed_us or 'model'} / intra {a.fixed_intra_us or 'same'} µs; µs, form ws's model)")
+          f"fixed {a.fixed_us or 'model'} / intra {a.fixed_intra_us or 'same'} µs; {a.order} order; µs, form ws's "
+          "model)")
     speed = []
     for c in a.cases:
         case = load_case(c)
@@ -173,7 +226,7 @@ def main(argv=None) -> int:
         params = dict(committed, **given)
         today = global_us(case, committed, a.seeds, a.jitter)
         run = lambda p: price(case, p, a.size, a.clusters, a.link_intra, a.link_inter, a.fixed_us,  # noqa: E731
-                              a.fixed_intra_us, a.seeds, a.jitter)
+                              a.fixed_intra_us, a.seeds, a.jitter, a.order)
         if a.search:
             rows = [(run(p), p) for p in tilings(params)]
             r, best = min(rows, key=lambda rp: rp[0]["cluster_us"])
