@@ -551,7 +551,8 @@ def test_simulate_ws_tuned_builds_each_case_with_its_committed_parameters(capsys
 def test_cluster_price_partitions_by_row_block_and_matches_the_queue_in_one_cluster(capsys):
     """``bench.dag.cluster_price``: every task of a row block lands in that row block's clusters (with more clusters
     than row blocks, spread by column tile, head or LayerNorm chunk); one cluster of every program with today's link
-    is today's queue exactly (``kernels.dag.sim.timed``); the CLI prices a case and refuses more programs than SMs."""
+    is today's queue exactly (``kernels.dag.sim.timed``); an order fitted to the partition is topological; the
+    published speedups are read from the dag report; the CLI prices a case and refuses more programs than SMs."""
     from bench.dag import cluster_price as CP
     from bench.dag.levers import WS
     from bench.dag.ws_ab import committed_params
@@ -580,6 +581,8 @@ def test_cluster_price_partitions_by_row_block_and_matches_the_queue_in_one_clus
     mine = CP.partition_order(g, [0] * len(g.tasks), 1, 132, WS["signal_us"], WS["signal_us"])
     fitted, _ = CP.partitioned(g, [0] * len(g.tasks), 1, 132, dur, WS["pop_us"], WS["signal_us"], 0.0, mine)
     assert fitted <= one * 1.02
+    pub = CP.published()                  # the published dag report's speedups, as the pipeline wrote them
+    assert set(pub) == {2, 3, 4, 12} and all(x > 0 for x in pub.values()), pub
     CP.main(["4", "--seeds", "1", "--link-intra", "0.3", "--order", "partition"])
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[0] == "case04" and len(out[1].split()) == 10 and "partition order" in out[0]

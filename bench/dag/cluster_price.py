@@ -30,16 +30,30 @@ retiling alone would give is not counted as the cluster's).
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import csv
 import heapq
 import math
 import random
 
+from kernels.cases import config_dir
 from kernels.dag import graph as G
 
-PUBLISHED = {2: 5.19, 3: 4.82, 4: 4.83, 12: 5.63}   # `dag` at 72ddb83 against the fastest gated peer (README)
 # --search: form ws's tilings (block_n_o, block_n_ffn1 and block_n_ffn2 are one width on form ws)
 SEARCH = dict(block_n_qkv=(64, 128), block_n=(64, 128), split_k_o=(1, 2, 4), split_k_ffn2=(1, 2, 4, 8))
+
+
+def published(variant: str = "dag", gpu: str = "h200") -> dict[int, float]:
+    """{case number: ``variant``'s speedup over the fastest gated peer} from the published dag report
+    (``docs/results/<gpu>/dag/summary.csv``, which the pipeline wrote)."""
+    path = config_dir().parent / "docs" / "results" / gpu / "dag" / "summary.csv"
+    with open(path, newline="") as f:
+        return {int(r["case"][4:]): float(r["speedup_vs_best_peer"]) for r in csv.DictReader(f)
+                if r["variant"] == variant and r["speedup_vs_best_peer"]}
+
+
+def jittered_mean(runs: list[float]) -> float:
+    """The mean of the jittered runs (all but the first, which runs without jitter), as ``kernels.dag.sim.report``."""
+    return sum(runs[1:]) / (len(runs) - 1) if len(runs) > 1 else runs[0]
 
 
 def row_block(t, case, tiling) -> int:
@@ -156,9 +170,8 @@ def global_us(case, params: dict, seeds: int, jitter: float) -> float:
     from kernels.dag.host import graph_for
     from kernels.dag.sim import timed
     g = graph_for(case, n_programs=WS["programs"], cost=WS["cost"], **params)
-    runs = [timed(g, WS["programs"], "queue", jitter if s else 0.0, WS["pop_us"], WS["signal_us"], seed=s).makespan_us
-            for s in range(seeds)]
-    return sum(runs[1:]) / (seeds - 1) if seeds > 1 else runs[0]
+    return jittered_mean([timed(g, WS["programs"], "queue", jitter if s else 0.0, WS["pop_us"], WS["signal_us"],
+                                seed=s).makespan_us for s in range(seeds)])
 
 
 def tilings(params: dict):
@@ -178,16 +191,15 @@ def price(case, params: dict, size: int, n_clusters: int, link_intra: float, lin
     g = graph_for(case, n_programs=WS["programs"], cost=WS["cost"], **params)
     cluster = clusters_of(g, n_clusters)
     seq = partition_order(g, cluster, n_clusters, size, link_intra, link_inter) if order == "partition" else None
-    new, share = [], 0.0
+    new, share, work = [], 0.0, 0.0
     for s in range(seeds):
         dur = durations(g, cluster, fixed_us, fixed_intra_us, jitter if s else 0.0, s)
         ms, share = partitioned(g, cluster, n_clusters, size, dur, WS["pop_us"], link_intra, link_inter, seq)
         new.append(ms)
-    b = global_us(case, params, seeds, jitter)
-    n = sum(new[1:]) / (seeds - 1) if seeds > 1 else new[0]
-    work = sum(durations(g, cluster, fixed_us, fixed_intra_us, 0.0, 0))
-    return dict(case=case.number, tasks=len(g.tasks), row_blocks=-(-case.tokens // g.tiling.block_m), base_us=b,
-                cluster_us=n, change=n / b - 1, intra_links=share,
+        if s == 0:
+            work = sum(dur)                # the unjittered run's
+    return dict(tasks=len(g.tasks), row_blocks=-(-case.tokens // g.tiling.block_m),
+                base_us=global_us(case, params, seeds, jitter), cluster_us=jittered_mean(new), intra_links=share,
                 idle=1 - work / (size * n_clusters * new[0]) if new[0] else 0.0)
 
 
@@ -219,7 +231,7 @@ def main(argv=None) -> int:
           f"{'idle':>5} {'×peer':>6}  ({a.clusters} clusters of {a.size}; links {a.link_intra} / {a.link_inter} µs; "
           f"fixed {a.fixed_us or 'model'} / intra {a.fixed_intra_us or 'same'} µs; {a.order} order; µs, form ws's "
           "model)")
-    speed = []
+    speed, pub = [], published()
     for c in a.cases:
         case = load_case(c)
         committed = require_committed(case, a.tuned, "cluster_price")
@@ -234,7 +246,7 @@ def main(argv=None) -> int:
         else:
             r, best = run(params), params
             glob, gbest = r["base_us"], params
-        x = PUBLISHED.get(case.number)
+        x = pub.get(case.number)
         x = x * today / r["cluster_us"] if x else None
         if x:
             speed.append(x)
@@ -251,6 +263,7 @@ def main(argv=None) -> int:
 
 def _tiling(p: dict) -> str:
     return " ".join(f"{k}={p[k]}" for k in ("block_n_qkv", "block_n_o", "split_k_o", "split_k_ffn2"))
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
