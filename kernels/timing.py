@@ -67,8 +67,8 @@ class Timer:
 def queue_was_empty(prev_token) -> bool | None:
     """Had the GPU finished everything issued so far (the previous timed call's end event complete) when the next
     call is issued? Then the flush, the start event and the call's own launch reach an idle GPU as the host issues
-    them, and the host's time to the call's first kernel is timed too (docs/dag.md, "Results" 15). None on the CPU
-    (``prev_token`` a float) and for the first call."""
+    them, and the host's time to the call's first kernel is timed too (docs/dag-results.md, "Results" 15). None on the
+    CPU (``prev_token`` a float) and for the first call."""
     if isinstance(prev_token, tuple):
         return bool(prev_token[1].query())
     return None

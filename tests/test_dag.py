@@ -734,7 +734,7 @@ def test_ncu_bound_parses_the_raw_page():
 
 
 def test_interleave_probe_runs_its_sequences(tmp_path, capsys):
-    """``bench.dag.interleave`` (the probe of docs/dag.md "Results" 14) runs every sequence on the CPU under the
+    """``bench.dag.interleave`` (the probe of docs/dag-results.md "Results" 14) runs every sequence on the CPU under the
     interpreter, writes one JSON per case with a time per call of each sequence, and refuses to run on a machine
     without a GPU unless asked to (``--cpu``)."""
     import json
@@ -809,9 +809,9 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
 
 
 def test_mma_rate_probe_compiles_for_sm90():
-    """``bench.dag.mma_rate`` (GPU only to run; docs/dag.md "Results" 42): each form is the wgmma it is named for, four
-    instructions a K step (an fp16 product of depth 64, an fp8 one of 128, both in ``mix_m64``), one group left in
-    flight a product."""
+    """``bench.dag.mma_rate`` (GPU only to run; docs/dag-results.md "Results" 42): each form is the wgmma it is named
+    for, four instructions a K step (an fp16 product of depth 64, an fp8 one of 128, both in ``mix_m64``), one group
+    left in flight a product."""
     import json
     import os
     import subprocess
@@ -837,9 +837,9 @@ def test_mma_rate_probe_compiles_for_sm90():
 
 
 def test_mma_accum_probe_compiles_for_sm90():
-    """``bench.dag.mma_accum`` (GPU only to run; docs/dag.md "Results" 43): each form issues its scheme's products a K
-    step (bf16x3 three bf16 products of depth 64; the f16f8 forms an fp16 product of depth 64 and an fp8 one of 128,
-    ``f16f8_h`` the fp8 one into an fp16 accumulator), over the 4 K steps compiled."""
+    """``bench.dag.mma_accum`` (GPU only to run; docs/dag-results.md "Results" 43): each form issues its scheme's
+    products a K step (bf16x3 three bf16 products of depth 64; the f16f8 forms an fp16 product of depth 64 and an fp8
+    one of 128, ``f16f8_h`` the fp8 one into an fp16 accumulator), over the 4 K steps compiled."""
     import json
     import os
     import subprocess
@@ -856,8 +856,8 @@ def test_mma_accum_probe_compiles_for_sm90():
 
 
 def test_feed_rate_probe_compiles_for_sm90():
-    """``bench.dag.feed_rate`` (GPU only to run; docs/dag.md "Results" 42): the ring's first stages − 1 steps and the
-    loop's one step of ``boxes`` TMA copies each, one mbarrier wait, the ring in shared memory."""
+    """``bench.dag.feed_rate`` (GPU only to run; docs/dag-results.md "Results" 42): the ring's first stages − 1 steps
+    and the loop's one step of ``boxes`` TMA copies each, one mbarrier wait, the ring in shared memory."""
     import json
     import os
     import subprocess
@@ -873,7 +873,7 @@ def test_feed_rate_probe_compiles_for_sm90():
         assert f["tma"] == 4 * b and f["waits"] == 1 and f["cluster_ctas"] == 1, r
         assert 4 * b * 8192 <= f["shared"] <= 232448, r
     # a 2-CTA cluster whose every box is one tile for both CTAs: Triton 3.6 still issues a copy a CTA, none
-    # multicast (docs/dag.md "Results" 46: a weight tile read once for two SMs needs the PTX written by hand)
+    # multicast (docs/dag-results.md "Results" 46: a weight tile read once for two SMs needs the PTX written by hand)
     out = subprocess.run([sys.executable, "-m", "bench.dag.feed_rate", "--compile", "--boxes", "4", "--cluster", "2"],
                          capture_output=True, text=True, env=env, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1094,10 +1094,10 @@ def _smoke2_graph():
 
 
 def test_f16f8_weight_parts_hold_the_weight_k_major():
-    """``host._weight_parts`` for f16f8 (form ws, docs/dag.md "Results" 42-44): hi the fp16 rounding; per 64-deep K
-    step a K-major [bn, 128] fp8 tile, columns 0-63 fp8(hi · s) and 64-127 fp8((w − hi) · 2^11 · s), s per layer a
-    power of two with max |w| · s <= 224; ``inv`` = 1 / (2^11 s). Rebuilt from the parts, the weight is back to within
-    e4m3's rounding of the 2^-11-sized rest; the hi copy within e4m3's rounding of hi."""
+    """``host._weight_parts`` for f16f8 (form ws, docs/dag-results.md "Results" 42-44): hi the fp16 rounding; per
+    64-deep K step a K-major [bn, 128] fp8 tile, columns 0-63 fp8(hi · s) and 64-127 fp8((w − hi) · 2^11 · s), s per
+    layer a power of two with max |w| · s <= 224; ``inv`` = 1 / (2^11 s). Rebuilt from the parts, the weight is back to
+    within e4m3's rounding of the 2^-11-sized rest; the hi copy within e4m3's rounding of hi."""
     import torch
     from kernels.dag import host
     g = torch.Generator().manual_seed(0)
@@ -1135,12 +1135,12 @@ def _bench_cli(module: str, *args: str, timeout: int = 600):
 
 
 def test_mcast_feed_probe_compiles_for_sm90():
-    """``bench.dag.mcast_feed`` (GPU only to run; docs/dag.md "Results" 46): both forms compile for a 2-CTA cluster
-    through ptxas; ``copy`` loads every box itself, ``mcast`` its A boxes plainly and each W box as a multicast (half
-    of them a CTA, chosen at run time); the ring is the kernel's only shared memory (its PTX addresses start at 0);
-    two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs, a slot refilled
-    at once or ``--lags`` steps later alike, released in its own CTA only (form ``local``) or by relaxed arrivals;
-    each CTA stores its own row; bad steps and lags are refused with the fix."""
+    """``bench.dag.mcast_feed`` (GPU only to run; docs/dag-results.md "Results" 46): both forms compile for a 2-CTA
+    cluster through ptxas; ``copy`` loads every box itself, ``mcast`` its A boxes plainly and each W box as a multicast
+    (half of them a CTA, chosen at run time); the ring is the kernel's only shared memory (its PTX addresses start at
+    0); two bounded wait sites, the slots' full and empty mbarriers, the empty ones arrived on in both CTAs, a slot
+    refilled at once or ``--lags`` steps later alike, released in its own CTA only (form ``local``) or by relaxed
+    arrivals; each CTA stores its own row; bad steps and lags are refused with the fix."""
     import json
     out = _bench_cli("mcast_feed", "--compile", "--steps", "2x2", "2x4", "--lags", "0", "1")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -652,8 +652,8 @@ COOP = ("form=ws", "block_m=128", "ws_stages=3", "ws_consumers=2", "scheme_qkv=f
 
 
 def test_cooperative_consumers_compile_within_shared_memory():
-    """The cooperative form (block_m 128 with two consumers, docs/dag.md "Results" 44) on case 12 with f16f8 on QKV,
-    O and FFN2: 12 warps; shared memory 3 ring slots of 64 KB and no q buffers (q goes through the ring),
+    """The cooperative form (block_m 128 with two consumers, docs/dag-results.md "Results" 44) on case 12 with f16f8 on
+    QKV, O and FFN2: 12 warps; shared memory 3 ring slots of 64 KB and no q buffers (q goes through the ring),
     ``ws_shared_bytes(3, 128, 2, 128)`` = 229892 within one CTA per SM; the f16f8 K loops' fp16 and fp8 wgmma
     (m64n128k16 f16, m64n128k32 e4m3) beside FFN1's f16_w1; ptxas does not serialize the wgmma."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

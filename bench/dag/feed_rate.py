@@ -1,5 +1,5 @@
 """How fast TMA brings a K step's operand tiles from L2 into one SM's shared memory, with nothing else running (lab;
-docs/dag.md "Results" 42). Each CTA (one an SM, ``--programs`` of them) streams ``--iters`` steps of ``--boxes``
+docs/dag-results.md "Results" 42). Each CTA (one an SM, ``--programs`` of them) streams ``--iters`` steps of ``--boxes``
 [64, 64] bf16 boxes (8 KB each: 4 a step = 32 KB, form ws's f16_w1 step at block_n 128; 6 = 48 KB, its bf16x3 step)
 through a ring of ``--stages`` slots, one mbarrier a slot, the loads of step i + stages − 1 issued before the wait for
 step i, as form ws's loader runs ahead of its consumer. The source is an L2-resident [rows, 64] bf16 tensor

@@ -1,4 +1,4 @@
-"""Where form ws's idle consumer time goes, per case (lab; docs/dag.md "Results" 39): each case at its committed
+"""Where form ws's idle consumer time goes, per case (lab; docs/dag-results.md "Results" 39): each case at its committed
 dag parameters (``config/tuned/h200``), traced, three launches; of the last: the consumers' busy share and dependency
 wait (``ws_dag.consumer_profile``), the late-loader share (``ws_dag.phase_profile``) and ``ws_dag.idle_profile`` at
 each ``--lag`` — the idle consumer time split into moments when a ready task (its last producer released ``lag`` µs

@@ -1,4 +1,4 @@
-"""Does a `dag` forward take longer right after other work? A lab probe for the alternation of docs/dag.md
+"""Does a `dag` forward take longer right after other work? A lab probe for the alternation of docs/dag-results.md
 "Results" 14: in the pipeline's timing jobs (SPEC §6: the variant and the `eager_sdpa` anchor interleaved, the order
 reversed every other round, L2 flushed before each call) case 4's `dag` calls at `f7ebadc` alternated 0.437 / 0.557 ms
 and case 3's at `04c117c` 0.325 / 0.430 ms: the slow calls were those that followed the anchor's call.

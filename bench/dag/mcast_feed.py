@@ -1,4 +1,4 @@
-"""A 2-CTA cluster's TMA feed with the weight boxes multicast or not (lab; docs/dag.md "Results" 46).
+"""A 2-CTA cluster's TMA feed with the weight boxes multicast or not (lab; docs/dag-results.md "Results" 46).
 
 Does a tile read once from L2 for both CTAs of a cluster (``cp.async.bulk.tensor … .multicast::cluster``) let each
 SM take its K steps faster when all SMs stream, as "Results" 46 prices? Triton 3.6's Gluon does not issue a

@@ -1,4 +1,4 @@
-"""How precisely the tensor cores accumulate each product scheme's K steps into fp32 (lab; docs/dag.md "Results" 43).
+"""How precisely the tensor cores accumulate each scheme's K steps into fp32 (lab; docs/dag-results.md "Results" 43).
 
 One warpgroup computes a [64, 128] tile of a @ w over ``K`` (64-wide K steps, operands from global memory through
 shared memory, wgmma) in four forms, and the host compares each with the fp64 product:

@@ -1,7 +1,7 @@
 """The tensor-core rate one CTA per SM reaches with back-to-back wgmma from shared memory, fp16 against fp8 e4m3, one
-warpgroup (64-row tiles, as form ws's consumer) against two (128 rows) (lab; docs/dag.md "Results" 42). No loads,
-no epilogue: each CTA issues ``--iters`` K steps of async wgmma on one [rows, K] A tile and one B tile of N = 128 (fp16:
-K = 64, B [K, N]; fp8: K = 128, B K-major [N, K] viewed transposed, as form ws's f16f8 scheme held them), keeping
+warpgroup (64-row tiles, as form ws's consumer) against two (128 rows) (lab; docs/dag-results.md "Results" 42). No
+loads, no epilogue: each CTA issues ``--iters`` K steps of async wgmma on one [rows, K] A tile and one B tile of N = 128
+(fp16: K = 64, B [K, N]; fp8: K = 128, B K-major [N, K] viewed transposed, as form ws's f16f8 scheme held them), keeping
 ``--inflight`` steps in flight, and times them with ``%globaltimer`` and ``clock64`` (so the SM clock too). The tiles
 are left uninitialized: the values do not change an MMA's time.
 
@@ -11,7 +11,8 @@ are left uninitialized: the values do not change an MMA's time.
 
 The last: form ws's GEMM K steps on 64-row tiles alone (``STEPS``: the scheme's products of depth 64 on [64, 64] A
 tiles and [64, N] W tiles, as its consumer issues them, one step's groups left in flight), the products' time of a
-step the traced K steps are set against (docs/dag.md "Results" 46 assumes N = 64 at half N = 128's time; not yet run).
+step the traced K steps are set against (docs/dag-results.md "Results" 46 assumes N = 64 at half N = 128's time;
+not yet run).
 
 Per form: TFLOP/s over all CTAs (the grid is the SM count), per SM and clock (dense fp16 peak: 4096 flops a clock an
 SM, fp8 8192 by the datasheet's ratio), and the SM clock the kernel ran at. ``mix_m64`` is f16f8's K step (the fp16
@@ -139,7 +140,7 @@ def _rate_step(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr,
     _finish(out_ptr, t0, c0, gl.sum(gl.sum(acc, axis=1), axis=0), lay, 32 * num_warps)
 
 
-STEPS = {   # name: (products a step, N): form ws's K steps on 64-row tiles (docs/dag.md "Results" 46)
+STEPS = {   # name: (products a step, N): form ws's K steps on 64-row tiles (docs/dag-results.md "Results" 46)
     "bf16x3_n64": (3, 64),
     "bf16x3_n128": (3, 128),
     "f16w1_n64": (2, 64),

@@ -1,5 +1,5 @@
 """Replay a traced launch's measured task times through the queue simulator, and price what-ifs on them (lab;
-docs/dag.md "Results" 45).
+docs/dag-results.md "Results" 45).
 
 ``kernels.dag.sim.timed`` with the ``queue`` policy (the kernel's: the next free program takes the next ticket and
 waits for its counters) runs the graph with each task's *measured* body (``time_split.critical_path``'s: from the

@@ -1,4 +1,4 @@
-"""Where form ws's consumer spends a launch, per program, from one traced launch (lab; docs/dag.md "Results" 41).
+"""Where form ws's consumer spends a launch, per program, from a traced launch (lab; docs/dag-results.md "Results" 41).
 
 The trace's stamps (``host.task_profile``'s columns: 5 the consumer took the task, 1 the loader's wait done, 6 a
 GEMM's K loop done, 4 the work done, 3 program << 16 | SM) split each program's time into: GEMM K loops (from the
@@ -17,7 +17,7 @@ K step (a task's K loop over its 64-wide steps) and how it moves with the number
 Also the launch's critical path (``critical_path``: from the task that finished last back to the launch's start,
 each step to the later of the task's last producer's release and its program's task before it), split into the
 tasks' bodies by kind, the releases (a producer's done to its signaller's release), the links (that release to the
-dependant's start) and the same-program gaps (docs/dag.md "Results" 45).
+dependant's start) and the same-program gaps (docs/dag-results.md "Results" 45).
 
 Writes ``DIR/trace_caseNN.pt`` (the trace, the tasks' kinds, producers and K steps) and ``DIR/time_split.json``.
 """

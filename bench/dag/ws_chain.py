@@ -64,7 +64,7 @@ per stage, static lists): time per stage is the chain's link, work included. For
   writes bf16(x) and bf16(x − bf16(x)) of x = hi + lo back into the slot (the same values: the result is unchanged and
   checked as for ``ws2``), adds x and x² into per-row sums that the epilogue turns into a mean and rstd (applied times
   0), then ``fence.proxy.async.shared`` and the warpgroup's barrier before wgmma reads the slot. What splitting the
-  residual's fp32 rows into the products' operands in the consumer would cost (``docs/dag.md``, "Results" 37).
+  residual's fp32 rows into the products' operands in the consumer would cost (``docs/dag-results.md``, "Results" 37).
 - ``ws2qx``: ``ws2qs``'s work off the consumer's path, on a warpgroup of its own (FA3's transform warpgroup;
   ``XSPLIT``): the splitter (4 warps, ``XSPLIT_REGS`` registers) gets each task id from the loader on a second
   hand-over ring, waits for each K step's TMA, splits the slot's A pair in place and adds the row sums of x − m₀
@@ -82,15 +82,15 @@ per stage, static lists): time per stage is the chain's link, work included. For
   and issues six products of K = 32 with A from registers (B: the slot's weight tiles, sliced along K), keeps
   per-element sums of x − m₀ and (x − m₀)² reduced once a task (applied times 0), and carries a step's A registers to
   the next step's wait so that wgmma reads them live. No write-back, no proxy fence, no barrier on the split: what the
-  LayerNorm fold's K loop costs with the fewest shared-memory bytes (``docs/dag.md``, "Results" 40). Its conversions
-  are ``x.to(bf16)``, one F2F an element in the SASS (``REGA`` 1).
+  LayerNorm fold's K loop costs with the fewest shared-memory bytes (``docs/dag-results.md``, "Results" 40). Its
+  conversions are ``x.to(bf16)``, one F2F an element in the SASS (``REGA`` 1).
 - ``ws2qrp``: ``ws2qr`` with the conversions two elements an instruction (``cvt.rn.bf16x2.f32``, F2FP.PACK_AB;
   ``REGA`` 2), as the kernel's splits since ``PACK_HI``.
 - ``ws2qb``: ``ws2q`` with the slot's bf16 A pair read into registers once a step (``ldmatrix``) and the products
   issued with A from registers (``REGA`` 3): whether a K step is bound by shared memory's bandwidth. Per 64 × 64 step
   ``ws2q`` moves ~80 KB through shared memory (the TMA writes 32 KB, the three products read 48 KB: ~0.32 µs at
   128 B a clock, against ~0.19 µs for the products at the tensor peak); this form reads 8 KB less. On the H200 its
-  MMA time was ``ws2q``'s at K = 768 and 0.5 µs longer at 1024 (docs/dag.md "Results" 41): it is not.
+  MMA time was ``ws2q``'s at K = 768 and 0.5 µs longer at 1024 (docs/dag-results.md "Results" 41): it is not.
 - ``ws2qf``: ``ws2q`` with the proxy fence (which waits for the consumer's stores to drain) in the signaller before its
   release, as the kernel runs it since ``FENCE_AT_SIGNAL`` (``OUT`` 1; ``ws2q`` has it in the consumer).
 - ``ws2qt``: the output tile stored by TMA from the signaller (``OUT`` 2): the consumer writes the split tile into a

@@ -1,7 +1,7 @@
 """The lab harness of the dag variant's ``form: ws`` (``kernels/dag/ws_kernel.py``: the forward pass as ONE
-warp-specialized Gluon persistent kernel, docs/dag.md "Results" 19; its module docstring describes the partitions,
-the memory ordering and the launch): run it beside today's ``@triton.jit`` megakernel (``form: tl``) on the same
-input and buffers, compare every buffer, check each task kind, gate and time both. Lab code; GPU only to run (Gluon
+warp-specialized Gluon persistent kernel, docs/dag-results.md "Results" 19; its module docstring describes the
+partitions, the memory ordering and the launch): run it beside today's ``@triton.jit`` megakernel (``form: tl``) on the
+same input and buffers, compare every buffer, check each task kind, gate and time both. Lab code; GPU only to run (Gluon
 has no interpreter), compiled for sm_90a by the CPU tests.
 
 ``WsDag`` is the product's ``WsRunner`` on a ``DagPrepared`` of ``form: tl`` (``kernels.dag.host.prepare``) with its

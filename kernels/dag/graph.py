@@ -46,7 +46,8 @@ class Cost:
 
 
 # ``cost_model`` (config/variant/dag.yaml): nominal — the first estimate; h200 — fitted to the per-task traces of
-# the H200 (two programs per SM, docs/dag.md "Results" 5): 2.6 µs fixed, 2.5 TFLOP/s per program, 0.6 µs per link
+# the H200 (two programs per SM, docs/dag-results.md "Results" 5): 2.6 µs fixed, 2.5 TFLOP/s per program,
+# 0.6 µs per link
 COST_MODELS = {"nominal": Cost(), "h200": Cost(tflops=2.5, gbs=90.0, task_us=2.6, link_us=0.6)}
 
 

@@ -87,8 +87,8 @@ def check_params(params: dict) -> dict:
                              f"ws_kernel.py): set form: ws or {f8[0]}: bf16x3")
     if f8 and o["block_m"] == 128 and o["ws_consumers"] == 1:
         raise ParameterError(f"dag: form ws: {f8[0]}=f16f8 with block_m 128 needs two consumers (four accumulators a "
-                             "128-row tile; one warpgroup holding them serializes its wgmma, docs/dag.md \"Results\" "
-                             f"43): set ws_consumers: 2 or {f8[0]}: bf16x3")
+                             "128-row tile; one warpgroup holding them serializes its wgmma, "
+                             f"docs/dag-results.md \"Results\" 43): set ws_consumers: 2 or {f8[0]}: bf16x3")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o
@@ -655,8 +655,8 @@ def run(p: DagPrepared, x: torch.Tensor) -> torch.Tensor:
     ``check: sync`` synchronises and raises when a dependency wait gave up; ``lazy`` does not synchronise: the
     error of a launch is raised by a later ``run`` that finds the copy of err issued after it landed (or by ``check``).
     Before the launch only the input check, the capture check, y's allocation and the epoch: the error bookkeeping
-    comes after it (on an idle GPU every µs of host time before the launch is timed too; docs/dag.md, "Results" 16).
-    The epoch is
+    comes after it (on an idle GPU every µs of host time before the launch is timed too; docs/dag-results.md, "Results"
+    16). The epoch is
     a launch argument, so a captured CUDA graph would replay one epoch and pass every dependency wait at once: ``run``
     refuses to be captured (``capturing``)."""
     validate_input(p, x)

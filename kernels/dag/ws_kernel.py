@@ -1,6 +1,6 @@
 """``form: ws`` of the dag variant: the forward pass as ONE warp-specialized Gluon persistent kernel
-(``dag_ws_fwd``), beside today's ``@triton.jit`` megakernel (``form: tl``, ``kernel.py``); docs/dag.md, "Results" 19.
-GPU only to run (sm_90: Gluon has no interpreter); compiled for sm_90a on the CPU by the tests
+(``dag_ws_fwd``), beside today's ``@triton.jit`` megakernel (``form: tl``, ``kernel.py``); docs/dag-results.md,
+"Results" 19. GPU only to run (sm_90: Gluon has no interpreter); compiled for sm_90a on the CPU by the tests
 (``tests/test_dag_ws_kernel.py``). The lab harness that compares it with today's kernel is ``bench/dag/ws_dag.py``.
 
 Same graph, task table, counters, epochs, queue order and precision schemes as ``form: tl`` — ``WsRunner`` runs a
@@ -13,7 +13,7 @@ Three partitions (``gl.warp_specialize``):
 - **loader** (1 warp): takes a ticket (``atomic_add`` on the head, relaxed; the epoch base as today: every launch
   takes ``n_tasks + grid`` tickets), reads the task row; for a GEMM kind claims the first ``min(PRE_W, steps)`` ring
   slots (``ws_pre``, default 2: each claim waits for the consumer to free a slot of the task before, so fewer start
-  the poll sooner; docs/dag.md "Results" 35) and issues their weight tiles by TMA *before* the wait. GEMM and
+  the poll sooner; docs/dag-results.md "Results" 35) and issues their weight tiles by TMA *before* the wait. GEMM and
   attention tasks are handed to the consumer (id and row fields, a 2-slot shared-memory ring with full/free mbarriers,
   as ``ws_chain``'s ``ws2q``) before the wait too: the consumer then waits on the ring's mbarriers, which only the
   loads issued after the wait complete. Then the poll: one lane per counter (``ld.acquire.gpu`` until goal x epoch,
@@ -40,14 +40,14 @@ Three partitions (``gl.warp_specialize``):
   k tile; p·v = p_lo·v_hi + p_hi·v_lo + p_hi·v_hi with p split in registers as wgmma's register A operand, into
   ``acc * alpha``; the online softmax in exp2 with ``qk_scale``; FA3's overlap: block j's q·kᵀ issued with block
   j − 1's p·v). Every bf16 split converts its hi part two elements an instruction (``PACK_HI``: ``cvt.rn.bf16x2.f32``;
-  ``x.to(bf16)`` compiles to one F2F an element, 0.9–1.5% of the forward pass, docs/dag.md "Results" 40). Then a
+  ``x.to(bf16)`` compiles to one F2F an element, 0.9–1.5% of the forward pass, docs/dag-results.md "Results" 40). Then a
   barrier of its 128 threads and the task into a 2-slot ring to the signaller (``done`` /
   ``sig_free`` mbarriers); the consumer goes on to its next task while its stores drain.
 - **signaller** (1 warp): waits for the consumer's ``done``, frees the slot, then ``fence.proxy.async.global`` (the
   task's generic stores are read by TMA elsewhere) and one ``red.release.gpu.add`` of 1 per counter the task signals
   (one lane per counter), and the trace stamps. The proxy fence waits for the task's stores to drain, off the
   consumer's path here (``FENCE_AT_SIGNAL``; issued by the consumer before its barrier it made the forward pass
-  1.5–3.3% slower: docs/dag.md "Results" 32).
+  1.5–3.3% slower: docs/dag-results.md "Results" 32).
 
 Two consumers (``ws_consumers: 2``, ``CONSUMERS``): the loader hands its i-th task to consumer i % 2 (its own 2-slot
 hand-over ring, at slots 2c and 2c + 1 of the hand-over arrays), with the task's first ring step g in the hand-over
@@ -91,7 +91,7 @@ With two consumers the same holds: a consumer waits only on ring slots and a q b
 before it moved on (task T's loads all precede T + 1's claims), frees them without waiting on the other consumer,
 and the loader's claim of step g waits for the free of step g − STAGES, a step of a task handed over already; the
 loader's hand-over to consumer c waits only for c to take its previous task, which c finishes on its own.
-The cooperative consumers (block_m 128 with two consumers, docs/dag.md "Results" 44) take every task in the same
+The cooperative consumers (block_m 128 with two consumers, docs/dag-results.md "Results" 44) take every task in the same
 order and each frees every ring slot it passes (a slot's ``empty`` counts two arrivals; a slot of a task only one of
 them runs is freed by that one with count 2), so a slot is freed once both have passed it, and each waits only on
 slots of tasks handed to both already and, at the hand-over to signaller 0 (its ``done`` counting both), on the
@@ -116,8 +116,8 @@ store maps each column to its part and head, so a 128-wide tile spans two heads.
 
 Where it is simplest rather than fast (a draft): a task's hand-overs cost a few shared-memory round trips and CTA
 barriers (every thread reads a slot whole, ``PACKED_HANDOFF``: read a word a lane and reduced across the lanes they
-made the forward pass 2.6–8.5% slower, docs/dag.md "Results" 34); the loader handles LayerNorm tasks' waits serially
-with the rest. The launch: the first goes through
+made the forward pass 2.6–8.5% slower, docs/dag-results.md "Results" 34); the loader handles LayerNorm tasks' waits
+serially with the rest. The launch: the first goes through
 the kernel is compiled once (``WsRunner.compile``: ``host.prepare_one`` on CUDA; else the first launch, through Gluon's
 JIT path), then every launch goes through ``DirectLaunch``, Triton's launcher module called directly with the 18 TMA
 descriptors encoded once (the JIT path binds ~75 arguments and encodes every descriptor on each call: 117–235 µs of
@@ -789,7 +789,7 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
     2^11 · s of their value), two wgmma groups a K step, the previous step's slot freed as there; returns
     (acc + acc8 · inv, g) with ``inv`` = 1 / (2^11 s) of the layer's weight (``host._weight_parts``). The fp8 products
     accumulate apart: the tensor core adds an fp8 product into its accumulator at reduced precision (into the fp16
-    products' one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag.md
+    products' one, 50-100 times bf16x3's error, where apart they match it: ``bench.dag.mma_accum``, docs/dag-results.md
     "Results" 43), and what they add is ~2^-11 of the result. (An fp16 correction accumulator is as precise by the
     probe, but Triton unpacks it after each wgmma and ptxas then serializes every wgmma of the kernel.) A tile
     ``slot * AM + AH`` (the cooperative consumers' 64-row half AH of a 128-row tile: AM 2)."""
@@ -973,7 +973,7 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     epilogue (EPI: "all" any kind's, "qkv" QKV's only, "rest" FFN1's or the residual's). ``mma``: the [64, BN]
     accumulator's wgmma layout; RN the ring's width. The epilogues store through the blocked layouts ``out``
     (16-byte split stores) and ``acc_out`` (4-wide atomics): stored straight from ``mma`` (4-byte stores, 2-wide
-    atomics, no conversion through shared memory) the forward pass took 9–12% longer (docs/dag.md "Results" 32).
+    atomics, no conversion through shared memory) the forward pass took 9–12% longer (docs/dag-results.md "Results" 32).
     HALF >= 0: the cooperative consumers' form (``dag_ws_fwd``), this consumer's 64-row half HALF of a 128-row tile
     (MB = 2): its A tiles, one accumulator, its rows' epilogue."""
     r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs

@@ -47,7 +47,7 @@ def queue_split(times_ms: list[float], drained: list, bound: float = 0.10) -> tu
     (``kernels.timing.queue_was_empty``): how many found it drained, the median of each group, and a flag when both
     groups have calls and their medians differ by more than ``bound`` (the host's launch path is timed when the queue
     has drained: a short launch after the anchor's host-bound eager calls pays it, one right after its own does not;
-    docs/dag.md, "Results" 15)."""
+    docs/dag-results.md, "Results" 15)."""
     known = [(t, d) for t, d in zip(times_ms, drained) if d is not None]
     if not known:
         return {"drained_calls": None}, None
