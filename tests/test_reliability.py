@@ -101,6 +101,34 @@ def test_out_an_existing_directory_is_refused_before_any_work(tmp_path):
         run_job(cfg, [])
 
 
+def test_a_job_on_a_device_of_another_gpu_type_is_refused_before_any_work(tmp_path, monkeypatch):
+    """A gpu=h200 job whose device is an H100 (a node in the wrong partition, a lent machine that came as another
+    card) would file H100 times under h200: it stops before the weights are made, naming the fix, and writes no
+    result."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "NVIDIA H100 80GB HBM3")
+    cfg = _compose("stage=timing", "case=case02", "variant=auto", "gpu=h200", f"output_root={tmp_path}")
+    with pytest.raises(SystemExit, match=r"gpu=h200 expects a device whose name matches \['H200'\].*'NVIDIA H100 "
+                                         r"80GB HBM3'.*Run it on a node of type h200.*gpu=local takes any GPU"):
+        run_job(cfg, [])
+    assert not any(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.parametrize("gpu, name, ok", [
+    ("h200", "NVIDIA H200", True), ("h200", "NVIDIA H100 80GB HBM3", False),
+    ("h100_96", "NVIDIA H100 NVL", True), ("h100_96", "NVIDIA H100 NVL MIG 3g.47gb", False),
+    ("h100_mig47", "NVIDIA H100 NVL MIG 3g.47gb", True), ("h100_mig47", "NVIDIA H200", False),
+    ("local", "NVIDIA A100-SXM4-80GB", True)])
+def test_each_gpu_type_takes_the_device_names_its_config_lists(gpu, name, ok):
+    from workflow.stages.common import check_device_name
+    names = _compose(f"gpu={gpu}").gpu.get("device_names")
+    if ok:
+        check_device_name(gpu, names, name)
+    else:
+        with pytest.raises(SystemExit, match=f"gpu={gpu} expects a device"):
+            check_device_name(gpu, names, name)
+
+
 # ---------------------------------------------------------------- 2. parameters, weights, inputs
 
 

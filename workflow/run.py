@@ -175,7 +175,7 @@ def tune_job(cfg: DictConfig, tag: str = "") -> dict:
     out_path = result_path(cfg, tag)
     log(f"tune ({mode}): {case.name} x {cfg.variant.name} on {cfg.gpu.name} -> {out_path}")
     if mode == "search":
-        device = resolve_device(cfg.gpu.device)
+        device = resolve_device(cfg.gpu.device, cfg.gpu.name, cfg.gpu.get("device_names"))
         weights = make_weights(case, device=device)
         params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}
         try:
@@ -231,7 +231,7 @@ def run_job(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     from .stages.common import _json_default, environment, log, resolve_device, write_json_atomic
 
     t0 = time.time()
-    device = resolve_device(cfg.gpu.device)
+    device = resolve_device(cfg.gpu.device, cfg.gpu.name, cfg.gpu.get("device_names"))
     case = load_case(cfg.case.name)
     variant = get_variant(cfg.variant.impl)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True) or {}

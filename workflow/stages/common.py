@@ -127,18 +127,34 @@ def environment() -> dict:
     return env
 
 
-def resolve_device(device: str):
-    """torch.device for a GPU type's ``device`` field, or a clear error naming the fix."""
+def resolve_device(device: str, gpu: str = "", device_names=None):
+    """torch.device for a GPU type's ``device`` field, or a clear error naming the fix. ``device_names`` (the GPU
+    type ``gpu``'s patterns, config/gpu/<gpu>.yaml): the CUDA device's name must match one (``check_device_name``)."""
     import torch
     if device == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("error: this GPU type needs a CUDA GPU but none is visible "
                              "(torch.cuda.is_available() is False). Run on a GPU node, or use gpu=cpu "
                              "with a smoke case (case=smoke1|smoke2|smoke3).")
-        return torch.device("cuda", 0)
+        dev = torch.device("cuda", 0)
+        check_device_name(gpu, device_names, torch.cuda.get_device_name(dev))
+        return dev
     if device == "cpu":
         return torch.device("cpu")
     raise SystemExit(f"error: gpu.device must be 'cuda' or 'cpu', got {device!r}")
+
+
+def check_device_name(gpu: str, device_names, name: str) -> None:
+    """A job for GPU type ``gpu`` runs only on a device whose name matches one of the type's ``device_names``
+    patterns (regex; none given: any device). Otherwise its times and tuned choices would be filed under a GPU it
+    did not run on (an H100 node in an H200 partition, say): an error naming the fix, before any result is written."""
+    import re
+    pats = [str(p) for p in (device_names or [])]
+    if pats and not any(re.search(p, name) for p in pats):
+        raise SystemExit(f"error: gpu={gpu} expects a device whose name matches {pats} (device_names in "
+                         f"config/gpu/{gpu}.yaml), but this job's device is {name!r}. Run it on a node of type {gpu} (the "
+                         f"partition / gres in config/gpu/{gpu}.yaml), pass the gpu= type of this device "
+                         f"(gpu=local takes any GPU), or add its name to device_names if it is a {gpu}.")
 
 
 def sync(device) -> None:
