@@ -689,6 +689,39 @@ def test_cooperative_consumers_are_checked_naming_the_fix():
         ok(block_m=128, ws_consumers=1, ws_stages=3, scheme_o="f16f8", **bn)
 
 
+def _coop_meta(cid: str, stages: int = 3):
+    params = {k: (int(v) if v.isdigit() else v) for k, v in (kv.split("=") for kv in BN128 + COOP)}
+    params["ws_stages"] = stages
+    case, o = load_case(cid), host.check_params(params)
+    t = host.tiling_for(case, o, 132)
+    g = G.build(case, t, o["order"], 132)
+    _, width = host.task_table(g, goals=o["wait"] == "parallel")
+    return host.kernel_meta(case, t, g, o, 132, True, width)
+
+
+@pytest.mark.parametrize("cid, nkv", [("2", 1), ("3", 2), ("4", 1)])
+def test_cooperative_consumers_are_refused_where_the_ring_model_fails(cid, nkv):
+    """The cooperative form where an attention task has at most ws_stages key blocks (causal cases: 1; case 3: S 128,
+    2) is refused naming the fix: there ``bench.dag.ring_model`` finds a consumer passing a ring slot's ready barrier
+    two phases behind. Case 12 (4 key blocks, 3 slots) is where the model finds none, and it stays allowed."""
+    with pytest.raises(Unsupported, match=rf"cooperative consumers .* ws_stages=3 on attention tasks of {nkv} key "
+                                          r"block.*read a slot still being filled.*Set block_m: 64 and ws_consumers: 1"):
+        K.ws_meta(_coop_meta(cid), stages=3, consumers=2)
+    assert K.ws_meta(_coop_meta("12"), stages=3, consumers=2)["CONSUMERS"] == 2
+    assert K.ws_meta(_coop_meta(cid), stages=3, consumers=1)["CONSUMERS"] == 1   # the 128-row tiles on one consumer
+
+
+def test_ring_model_finds_the_skipped_attention_hole_and_the_fix_closes_it():
+    """``bench.dag.ring_model``: with 3 ring slots, attention tasks of 2 key blocks make some schedules pass a ready
+    barrier on another step's bytes, 4 key blocks (case 12) none; with the skipping consumer waiting and freeing
+    each step for itself (the candidate fix) none at 2 either."""
+    from bench.dag import ring_model as R
+    bad, first = R.scan(3, 2, 40)
+    assert bad > 0 and "passes ready for step" in first, (bad, first)
+    assert R.scan(3, 4, 40) == (0, None)
+    assert R.scan(3, 2, 40, skipper_waits=True) == (0, None)
+
+
 def test_consumer_profile_splits_busy_from_waiting():
     """``bench.dag.ws_dag.consumer_profile`` on a hand-made trace (ns): program 0 runs task 0 from 0 to 100, task 1's
     dependencies are met at 150 (the consumer waits 50), it is done at 250; program 1 runs task 2 (ready at 10, done

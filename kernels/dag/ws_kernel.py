@@ -1551,6 +1551,27 @@ def check_ws_params(o: dict) -> None:
                              "there are no static lists): set form: tl or queue: queue")
 
 
+def _check_coop_ring(meta: dict, stages: int, consumers: int) -> None:
+    """The cooperative consumers (block_m 128, two consumers) take attention tasks in turn, and the runner frees each
+    of the task's ring slots for both. The consumer that skipped the task next waits on a slot's ``ready`` barrier
+    ``STAGES`` steps on, where an attention task of at most ``STAGES`` key blocks can leave that slot two phases
+    behind, still being filled by the skipped task's TMA; ``try_wait.parity`` cannot tell that phase from the one it
+    wants, so the wait passes and the consumer reads a slot of other bytes (fp8 read from bf16 bytes: NaN). The
+    protocol's model (``bench.dag.ring_model``) finds it in random schedules with tasks of up to ``STAGES`` key blocks
+    (every causal case: the first query block has one) and in none with more; refused there until the protocol is
+    fixed (docs/dag.md, "Where it stands")."""
+    if consumers != 2 or meta["BLOCK_M"] != 2 * TILE:
+        return
+    nkv = 1 if meta["CAUSAL"] else meta["S"] // TILE   # the fewest key blocks an attention task has
+    if nkv <= stages:
+        kind = "causal: the first query block has 1" if meta["CAUSAL"] else f"S={meta['S']}: {nkv}"
+        raise WsUnsupported(f"dag: form ws: the cooperative consumers (block_m 128, ws_consumers 2) with ws_stages="
+                            f"{stages} on attention tasks of {nkv} key block(s) ({kind}): the consumer that skips an "
+                            "attention task can pass a ring slot's ready barrier two phases behind and read a slot "
+                            "still being filled (bench.dag.ring_model). Set block_m: 64 and ws_consumers: 1"
+                            + (f", or ws_stages below {nkv}" if nkv > 2 else ""))
+
+
 def check_supported(meta: dict, grid: int | None = None, n_sm: int | None = None) -> None:
     """Raise ``WsUnsupported`` naming the parameter (or the case's shape) for a ``kernel_meta`` the WS kernel does not
     run: after ``check_ws_params`` only a case whose shape clamps a tile below 64 (or one of the output projection's
@@ -1599,6 +1620,7 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
     ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
     _check_stages(stages, ring_n, WsUnsupported, consumers, meta["BLOCK_M"])
+    _check_coop_ring(meta, stages, consumers)
     if not 1 <= pre <= stages:
         raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
                             "ring's slots before a wait")
