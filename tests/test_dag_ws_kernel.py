@@ -705,7 +705,8 @@ def test_cooperative_consumers_are_refused_where_the_ring_model_fails(cid, nkv):
     2) is refused naming the fix: there ``bench.dag.ring_model`` finds a consumer passing a ring slot's ready barrier
     two phases behind. Case 12 (4 key blocks, 3 slots) is where the model finds none, and it stays allowed."""
     with pytest.raises(Unsupported, match=rf"cooperative consumers .* ws_stages=3 on attention tasks of {nkv} key "
-                                          r"block.*read a slot still being filled.*Set block_m: 64 and ws_consumers: 1"):
+                                          r"block.*read a slot still being filled.*"
+                                          r"Set block_m: 64 and ws_consumers: 1"):
         K.ws_meta(_coop_meta(cid), stages=3, consumers=2)
     assert K.ws_meta(_coop_meta("12"), stages=3, consumers=2)["CONSUMERS"] == 2
     assert K.ws_meta(_coop_meta(cid), stages=3, consumers=1)["CONSUMERS"] == 1   # the 128-row tiles on one consumer

@@ -152,9 +152,9 @@ def check_device_name(gpu: str, device_names, name: str) -> None:
     pats = [str(p) for p in (device_names or [])]
     if pats and not any(re.search(p, name) for p in pats):
         raise SystemExit(f"error: gpu={gpu} expects a device whose name matches {pats} (device_names in "
-                         f"config/gpu/{gpu}.yaml), but this job's device is {name!r}. Run it on a node of type {gpu} (the "
-                         f"partition / gres in config/gpu/{gpu}.yaml), pass the gpu= type of this device "
-                         f"(gpu=local takes any GPU), or add its name to device_names if it is a {gpu}.")
+                         f"config/gpu/{gpu}.yaml), but this job's device is {name!r}. Run it on a node of type "
+                         f"{gpu} (the partition / gres in config/gpu/{gpu}.yaml), pass the gpu= type of this "
+                         f"device (gpu=local takes any GPU), or add its name to device_names if it is a {gpu}.")
 
 
 def sync(device) -> None:
