@@ -1167,3 +1167,28 @@ def test_mcast_feed_probe_compiles_for_sm90():
     assert bad.returncode != 0 and "even number of W boxes" in bad.stderr, bad.stderr[-500:]
     bad = _bench_cli("mcast_feed", "--compile", "--lags", "4", timeout=120)
     assert bad.returncode != 0 and "--lags from 0 to --stages - 1" in bad.stderr, bad.stderr[-500:]
+
+
+def test_race_hunt_summary_says_where_the_non_finite_values_are():
+    """``bench.dag.race_hunt.summarize`` (its GPU loop is lab only): the output's non-finite count and sequences; the
+    q / k / v copies by layer, part and sequence; the row-major buffers by sequence; an fp8 part's NaN byte counted."""
+    from bench.dag.race_hunt import summarize
+    B, S, D, L, H, dh = 2, 8, 4, 2, 2, 2
+    y = torch.zeros(B, S, D)
+    y[1] = float("nan")
+    qkv = torch.zeros(L, 3, B, H, S, dh)
+    qkv[0, 2, 1, 0, 3] = float("inf")
+    r = torch.zeros(B * S, D)
+    r[S + 2] = float("nan")
+    f = torch.zeros(4, B * S, D)
+    f[3, 1, 0] = float("nan")
+    lo = torch.zeros(B * S, 2 * D, dtype=torch.float8_e4m3fn)
+    lo[S, 0] = float("nan")
+    out = summarize(y, {"qkv_hi_ptr": qkv, "r_ptr": r, "f_hi_ptr": f, "att_lo_ptr": lo, "ln1_hi_ptr": torch.zeros(3)},
+                    B)
+    assert out["y"] == S * D and out["y_sequences"] == [1]
+    assert out["buffers"]["qkv_hi_ptr"] == {"count": dh, "by_layer_part_sequence": {"0/v/1": dh}}
+    assert out["buffers"]["r_ptr"] == {"count": D, "sequences": [1]}
+    assert out["buffers"]["f_hi_ptr"] == {"count": 1, "sequences": [0]}
+    assert out["buffers"]["att_lo_ptr"] == {"count": 1, "sequences": [1]}
+    assert out["buffers"]["ln1_hi_ptr"] == {"count": 0}

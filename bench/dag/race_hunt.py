@@ -1,0 +1,123 @@
+"""Hunt the race that gave case 12's cooperative form non-finite outputs (lab; docs/dag-results.md "Results" 49).
+
+The margin check at `bfeb2bd` found 2 of 448 inputs whose output held a whole sequence of non-finite values, where
+the same inputs were finite in two earlier runs of the same kernel. This runs the withdrawn form (``COOP_CASE12``,
+`72ddb83`'s tuned choice) over the margin check's inputs again and again, optionally beside other processes loading
+the GPU as the three other correctness jobs did, and for each launch whose output is not finite records where: the
+sequences of the output, and the non-finite elements left in every scratch buffer of the launch (the per-layer q / k
+/ v copies by layer, part and sequence; the residual and the split A operands, whose last writer is the last layer),
+which says the first stage the non-finite values reach. GPU only to run; ``summarize`` is plain torch.
+
+    python -m bench.dag.race_hunt --out DIR --reps 20 --load 3        # ~448 launches a rep, ~0.25 ms each
+    python -m bench.dag.race_hunt --out DIR --param ws_consumers=1 --param block_m=64   # a control
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+# case 12's tuned choice at 72ddb83 (config/tuned/h200/case12.yaml there), withdrawn at bfeb2bd
+COOP_CASE12 = dict(form="ws", block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, ctas_per_sm=1,
+                   block_m=128, ws_stages=3, ws_consumers=2, scheme_qkv="f16f8", scheme_o="f16f8",
+                   scheme_ffn2="f16f8", split_k_o=2, split_k_ffn2=2, block_m_ln=8, ln_chunk=4096)
+SCRATCH = ("r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr", "att_lo_ptr", "ln2_hi_ptr",
+           "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr")
+# a GEMM loop for the background processes (the other correctness jobs of the failing run)
+LOAD = ("import torch, time\na = torch.randn(8192, 8192, device='cuda')\nt = time.time()\n"
+        "while time.time() - t < {s}:\n    a = (a @ a).clamp_(-1, 1)\n    torch.cuda.synchronize()\n")
+
+
+def _bad(t: torch.Tensor) -> torch.Tensor:
+    return ~torch.isfinite(t.float())
+
+
+def summarize(y: torch.Tensor, tensors: dict, B: int) -> dict:
+    """Where a launch's non-finite values are: the output's count and sequences (``y`` [B, S, D]); per scratch
+    buffer of ``tensors`` (``SCRATCH`` names) its count, and for the q / k / v copies ([L, 3, B, H, S, dh]) the
+    counts by (layer, part, sequence), for the row-major [M, ...] buffers by sequence (M = B·S rows)."""
+    out = {"y": int(_bad(y).sum()), "y_sequences": [b for b in range(B) if bool(_bad(y[b]).any())], "buffers": {}}
+    for name in SCRATCH:
+        t = tensors.get(name)
+        if t is None or t.numel() == 0:
+            continue
+        m = _bad(t)
+        rec = {"count": int(m.sum())}
+        if rec["count"]:
+            if name.startswith("qkv") and t.dim() == 6:
+                rec["by_layer_part_sequence"] = {f"{l}/{'qkv'[p]}/{b}": int(m[l, p, b].sum())
+                                                 for l in range(t.shape[0]) for p in range(3) for b in range(t.shape[2])
+                                                 if bool(m[l, p, b].any())}
+            else:
+                rows = m.reshape(-1, m.shape[-1]) if m.dim() == 2 else m.reshape(m.shape[0], -1, m.shape[-1])
+                seq = rows.shape[-2] // B
+                lead = rows if rows.dim() == 2 else rows.any(0)
+                rec["sequences"] = [b for b in range(B) if bool(lead[b * seq:(b + 1) * seq].any())]
+        out["buffers"][name] = rec
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--case", default="12")
+    ap.add_argument("--param", action="append", default=[], help="name=value over COOP_CASE12")
+    ap.add_argument("--scale", type=float, default=0.1)
+    ap.add_argument("--weight-seeds", type=int, nargs="+", default=[12, 3012])
+    ap.add_argument("--inputs", type=int, nargs=2, default=[100, 356], metavar=("FIRST", "END"),
+                    help="input seeds FIRST .. END-1 (the margin check's: 100 .. 355)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--load", type=int, default=0, help="background processes running a GEMM loop")
+    ap.add_argument("--seconds", type=float, default=240, help="stop after this long (and the load with it)")
+    a = ap.parse_args(argv)
+    from bench.seqres.aot_check import parse_params
+    from kernels import get_variant, load_case, make_input, make_weights
+    params = {**COOP_CASE12, **parse_params(a.param)}
+    os.makedirs(a.out, exist_ok=True)
+    case, dev = load_case(a.case), torch.device("cuda")
+    var = get_variant("dag")
+    loads = [subprocess.Popen([sys.executable, "-c", LOAD.format(s=a.seconds + 60)]) for _ in range(a.load)]
+    t_end = time.time() + a.seconds
+    found, launches = [], 0
+    try:
+        first = None
+        for ws in a.weight_seeds:   # the first weight seed prepared, the others rebound to it (as the margin check)
+            w = make_weights(case, seed=ws, device=dev)
+            p = var.prepare(case, w, **params) if first is None else var.rebind(first, w)
+            first = first or p
+            inner = getattr(p, "inner", p)
+            xs = {s: make_input(case, a.scale, s, device=dev) for s in range(*a.inputs)}
+            for rep in range(a.reps):
+                for s, x in xs.items():
+                    y = var.run(p, x)
+                    torch.cuda.synchronize()
+                    launches += 1
+                    if not bool(torch.isfinite(y).all()):
+                        rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
+                                   **summarize(y, inner.tensors, case.B))
+                        found.append(rec)
+                        print(json.dumps(rec), flush=True)
+                    if time.time() > t_end:
+                        break
+                print(f"weight seed {ws} rep {rep}: {launches} launches, {len(found)} non-finite", flush=True)
+                if time.time() > t_end:
+                    break
+    finally:
+        for q in loads:
+            q.kill()
+    res = dict(case=case.name, params=params, scale=a.scale, load=a.load, launches=launches, non_finite=found,
+               device=torch.cuda.get_device_name(dev))
+    path = os.path.join(a.out, "race_hunt.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(path + ".tmp", path)
+    print(f"{launches} launches, {len(found)} with non-finite outputs -> {path}")
+
+
+if __name__ == "__main__":
+    main()
