@@ -41,6 +41,11 @@ def tuned_root() -> Path:
     return config_dir() / "tuned"
 
 
+def matches_device(patterns, name: str) -> bool:
+    """Does a CUDA device's name match one of a GPU type's ``device_names`` patterns (regex)?"""
+    return any(re.search(str(p), name) for p in patterns or [])
+
+
 def gpu_type_of_device(device) -> str | None:
     """The GPU type (``config/gpu/<type>.yaml``) whose ``device_names`` patterns match this CUDA device's name
     (e.g. "NVIDIA H200" -> h200), or None."""
@@ -51,7 +56,7 @@ def gpu_type_of_device(device) -> str | None:
     for path in sorted((config_dir() / "gpu").glob("*.yaml")):
         with open(path) as f:
             pats = (yaml.safe_load(f) or {}).get("device_names") or []
-        if any(re.search(p, name) for p in pats):
+        if matches_device(pats, name):
             return path.stem
     return None
 

@@ -1192,3 +1192,7 @@ def test_race_hunt_summary_says_where_the_non_finite_values_are():
     assert out["buffers"]["f_hi_ptr"] == {"count": 1, "sequences": [0]}
     assert out["buffers"]["att_lo_ptr"] == {"count": 1, "sequences": [1]}
     assert out["buffers"]["ln1_hi_ptr"] == {"count": 0}
+    from bench.dag.race_hunt import withdrawn_form   # the form it hunts: case 12's choice at 72ddb83
+    f = withdrawn_form()
+    assert (f["block_m"], f["ws_consumers"], f["ws_stages"], f["scheme_qkv"], f["split_k_o"], f["ln_chunk"]) == \
+        (128, 2, 3, "f16f8", 2, 4096), f

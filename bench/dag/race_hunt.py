@@ -1,7 +1,7 @@
 """Hunt the race that gave case 12's cooperative form non-finite outputs (lab; docs/dag-results.md "Results" 49).
 
 The margin check at `bfeb2bd` found 2 of 448 inputs whose output held a whole sequence of non-finite values, where
-the same inputs were finite in two earlier runs of the same kernel. This runs the withdrawn form (``COOP_CASE12``,
+the same inputs were finite in two earlier runs of the same kernel. This runs the withdrawn form (``withdrawn_form``,
 `72ddb83`'s tuned choice) over the margin check's inputs again and again, optionally beside other processes loading
 the GPU as the three other correctness jobs did, and for each launch whose output is not finite records where: the
 sequences of the output, and the non-finite elements left in every scratch buffer of the launch (the per-layer q / k
@@ -22,10 +22,6 @@ import time
 
 import torch
 
-# case 12's tuned choice at 72ddb83 (config/tuned/h200/case12.yaml there), withdrawn at bfeb2bd
-COOP_CASE12 = dict(form="ws", block_n_qkv=128, block_n_o=128, block_n_ffn1=128, block_n_ffn2=128, ctas_per_sm=1,
-                   block_m=128, ws_stages=3, ws_consumers=2, scheme_qkv="f16f8", scheme_o="f16f8",
-                   scheme_ffn2="f16f8", split_k_o=2, split_k_ffn2=2, block_m_ln=8, ln_chunk=4096)
 SCRATCH = ("r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr", "att_lo_ptr", "ln2_hi_ptr",
            "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr")
 # a GEMM loop for the background processes (the other correctness jobs of the failing run)
@@ -62,11 +58,18 @@ def summarize(y: torch.Tensor, tensors: dict, B: int) -> dict:
     return out
 
 
+def withdrawn_form() -> dict:
+    """Case 12's tuned choice at `72ddb83`, withdrawn at `bfeb2bd`: the first cooperative candidate of
+    ``config/search/dag-ws-coop.yaml`` (two consumers), the one the tune stage chose there."""
+    from kernels.tuning import search_space
+    return next(c for c in search_space("dag", "dag-ws-coop") if c.get("ws_consumers") == 2)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--case", default="12")
-    ap.add_argument("--param", action="append", default=[], help="name=value over COOP_CASE12")
+    ap.add_argument("--param", action="append", default=[], help="name=value over the withdrawn form (withdrawn_form)")
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--weight-seeds", type=int, nargs="+", default=[12, 3012])
     ap.add_argument("--inputs", type=int, nargs=2, default=[100, 356], metavar=("FIRST", "END"),
@@ -77,7 +80,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     from bench.seqres.aot_check import parse_params
     from kernels import get_variant, load_case, make_input, make_weights
-    params = {**COOP_CASE12, **parse_params(a.param)}
+    params = {**withdrawn_form(), **parse_params(a.param)}
     os.makedirs(a.out, exist_ok=True)
     case, dev = load_case(a.case), torch.device("cuda")
     var = get_variant("dag")
