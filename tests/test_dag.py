@@ -1192,6 +1192,10 @@ def test_race_hunt_summary_says_where_the_non_finite_values_are():
     assert out["buffers"]["f_hi_ptr"] == {"count": 1, "sequences": [0]}
     assert out["buffers"]["att_lo_ptr"] == {"count": 1, "sequences": [1]}
     assert out["buffers"]["ln1_hi_ptr"] == {"count": 0}
+    from bench.dag.race_hunt import poison_scratch
+    t = {"r_ptr": torch.zeros(3), "att_lo_ptr": torch.zeros(3, dtype=torch.float8_e4m3fn), "x_ptr": torch.zeros(3)}
+    poison_scratch(t)
+    assert t["r_ptr"].isnan().all() and t["att_lo_ptr"].float().isnan().all() and not t["x_ptr"].isnan().any()
     from bench.dag.race_hunt import withdrawn_form   # the form it hunts: case 12's choice at 72ddb83
     f = withdrawn_form()
     assert (f["block_m"], f["ws_consumers"], f["ws_stages"], f["scheme_qkv"], f["split_k_o"], f["ln_chunk"]) == \

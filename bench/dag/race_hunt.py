@@ -8,8 +8,15 @@ sequences of the output, and the non-finite elements left in every scratch buffe
 / v copies by layer, part and sequence; the residual and the split A operands, whose last writer is the last layer),
 which says the first stage the non-finite values reach. GPU only to run; ``summarize`` is plain torch.
 
+Two poisons make a missed write visible where a re-run would hide it (a stale value from the previous launch is
+finite, and with the same input it is even right): ``--poison-output`` fills output-sized free blocks of the caching
+allocator with NaN before each launch (as the correctness stage's gate does; the margin check does not), so a
+sequence the kernel did not write comes back NaN; ``--poison-scratch`` fills every scratch buffer with NaN before each
+launch, so a read of a scratch value before this launch wrote it gives NaN where it is read.
+
     python -m bench.dag.race_hunt --out DIR --reps 20 --load 3        # ~448 launches a rep, ~0.25 ms each
     python -m bench.dag.race_hunt --out DIR --param ws_consumers=1 --param block_m=64   # a control
+    python -m bench.dag.race_hunt --out DIR --poison-output --poison-scratch --seconds 60
 """
 from __future__ import annotations
 
@@ -58,6 +65,15 @@ def summarize(y: torch.Tensor, tensors: dict, B: int) -> dict:
     return out
 
 
+def poison_scratch(tensors: dict) -> None:
+    """Fill every scratch buffer of a prepared launch (``SCRATCH`` names in ``tensors``) with NaN (the fp8 parts with
+    their NaN code)."""
+    for name in SCRATCH:
+        t = tensors.get(name)
+        if t is not None and t.numel():
+            t.fill_(float("nan"))
+
+
 def withdrawn_form() -> dict:
     """Case 12's tuned choice at `72ddb83`, withdrawn at `bfeb2bd`: the first cooperative candidate of
     ``config/search/dag-ws-coop.yaml`` (two consumers), the one the tune stage chose there."""
@@ -77,8 +93,11 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--load", type=int, default=0, help="background processes running a GEMM loop")
     ap.add_argument("--seconds", type=float, default=240, help="stop after this long (and the load with it)")
+    ap.add_argument("--poison-output", action="store_true", help="NaN in output-sized free blocks before each launch")
+    ap.add_argument("--poison-scratch", action="store_true", help="NaN in every scratch buffer before each launch")
     a = ap.parse_args(argv)
     from bench.seqres.aot_check import parse_params
+    from workflow.stages.correctness import _poison_allocator
     from kernels import get_variant, load_case, make_input, make_weights
     params = {**withdrawn_form(), **parse_params(a.param)}
     os.makedirs(a.out, exist_ok=True)
@@ -86,7 +105,7 @@ def main(argv=None) -> None:
     var = get_variant("dag")
     loads = [subprocess.Popen([sys.executable, "-c", LOAD.format(s=a.seconds + 60)]) for _ in range(a.load)]
     t_end = time.time() + a.seconds
-    found, launches = [], 0
+    found, launches, baseline = [], 0, None
     try:
         first = None
         for ws in a.weight_seeds:   # the first weight seed prepared, the others rebound to it (as the margin check)
@@ -97,9 +116,16 @@ def main(argv=None) -> None:
             xs = {s: make_input(case, a.scale, s, device=dev) for s in range(*a.inputs)}
             for rep in range(a.reps):
                 for s, x in xs.items():
+                    if a.poison_scratch:
+                        poison_scratch(inner.tensors)
+                    if a.poison_output:
+                        _poison_allocator(x.numel(), dev)
                     y = var.run(p, x)
                     torch.cuda.synchronize()
                     launches += 1
+                    if launches == 1:   # what a launch leaves NaN by design (scratch it never writes) under poison
+                        baseline = summarize(y, inner.tensors, case.B)
+                        print("first launch:", json.dumps(baseline), flush=True)
                     if not bool(torch.isfinite(y).all()):
                         rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
                                    **summarize(y, inner.tensors, case.B))
@@ -113,7 +139,8 @@ def main(argv=None) -> None:
     finally:
         for q in loads:
             q.kill()
-    res = dict(case=case.name, params=params, scale=a.scale, load=a.load, launches=launches, non_finite=found,
+    res = dict(case=case.name, params=params, scale=a.scale, load=a.load, poison_output=a.poison_output,
+               poison_scratch=a.poison_scratch, first_launch=baseline, launches=launches, non_finite=found,
                device=torch.cuda.get_device_name(dev))
     path = os.path.join(a.out, "race_hunt.json")
     with open(path + ".tmp", "w") as f:
