@@ -93,6 +93,7 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--load", type=int, default=0, help="background processes running a GEMM loop")
     ap.add_argument("--seconds", type=float, default=240, help="stop after this long (and the load with it)")
+    ap.add_argument("--max-records", type=int, default=20, help="non-finite launches summarized (the rest counted)")
     ap.add_argument("--poison-output", action="store_true", help="NaN in output-sized free blocks before each launch")
     ap.add_argument("--poison-scratch", action="store_true", help="NaN in every scratch buffer before each launch")
     a = ap.parse_args(argv)
@@ -105,7 +106,7 @@ def main(argv=None) -> None:
     var = get_variant("dag")
     loads = [subprocess.Popen([sys.executable, "-c", LOAD.format(s=a.seconds + 60)]) for _ in range(a.load)]
     t_end = time.time() + a.seconds
-    found, launches, baseline = [], 0, None
+    found, launches, baseline, n_bad = [], 0, None, 0
     try:
         first = None
         for ws in a.weight_seeds:   # the first weight seed prepared, the others rebound to it (as the margin check)
@@ -127,26 +128,29 @@ def main(argv=None) -> None:
                         baseline = summarize(y, inner.tensors, case.B)
                         print("first launch:", json.dumps(baseline), flush=True)
                     if not bool(torch.isfinite(y).all()):
-                        rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
-                                   **summarize(y, inner.tensors, case.B))
-                        found.append(rec)
-                        print(json.dumps(rec), flush=True)
+                        n_bad += 1
+                        if len(found) < a.max_records:
+                            rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
+                                       **summarize(y, inner.tensors, case.B))
+                            found.append(rec)
+                            print(json.dumps(rec), flush=True)
                     if time.time() > t_end:
                         break
-                print(f"weight seed {ws} rep {rep}: {launches} launches, {len(found)} non-finite", flush=True)
+                print(f"weight seed {ws} rep {rep}: {launches} launches, {n_bad} non-finite", flush=True)
                 if time.time() > t_end:
                     break
     finally:
         for q in loads:
             q.kill()
     res = dict(case=case.name, params=params, scale=a.scale, load=a.load, poison_output=a.poison_output,
-               poison_scratch=a.poison_scratch, first_launch=baseline, launches=launches, non_finite=found,
+               poison_scratch=a.poison_scratch, first_launch=baseline, launches=launches, non_finite_launches=n_bad,
+               non_finite=found,
                device=torch.cuda.get_device_name(dev))
     path = os.path.join(a.out, "race_hunt.json")
     with open(path + ".tmp", "w") as f:
         json.dump(res, f, indent=1)
     os.replace(path + ".tmp", path)
-    print(f"{launches} launches, {len(found)} with non-finite outputs -> {path}")
+    print(f"{launches} launches, {n_bad} with non-finite outputs ({len(found)} recorded) -> {path}")
 
 
 if __name__ == "__main__":
