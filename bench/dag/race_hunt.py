@@ -99,10 +99,10 @@ def main(argv=None) -> None:
     ap.add_argument("--poison-scratch", action="store_true", help="NaN in every scratch buffer before each launch")
     a = ap.parse_args(argv)
     from bench.seqres.aot_check import parse_params
+    from workflow.stages.common import write_json_atomic
     from workflow.stages.correctness import _poison_allocator
     from kernels import get_variant, load_case, make_input, make_weights
     params = {**withdrawn_form(), **parse_params(a.param)}
-    os.makedirs(a.out, exist_ok=True)
     case, dev = load_case(a.case), torch.device("cuda")
     var = get_variant("dag")
     loads, t_end = [], None
@@ -150,10 +150,7 @@ def main(argv=None) -> None:
                poison_scratch=a.poison_scratch, first_launch=baseline, launches=launches, non_finite_launches=n_bad,
                non_finite=found,
                device=torch.cuda.get_device_name(dev))
-    path = os.path.join(a.out, "race_hunt.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(path + ".tmp", path)
+    path = write_json_atomic(os.path.join(a.out, "race_hunt.json"), res)
     print(f"{launches} launches, {n_bad} with non-finite outputs ({len(found)} recorded) -> {path}")
 
 

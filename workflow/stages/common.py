@@ -149,7 +149,7 @@ def check_device_name(gpu: str, device_names, name: str) -> None:
     patterns (regex; none given: any device). Otherwise its times and tuned choices would be filed under a GPU it
     did not run on (an H100 node in an H200 partition, say): an error naming the fix, before any result is written."""
     from kernels.tuning import matches_device
-    pats = [str(p) for p in (device_names or [])]
+    pats = list(device_names or [])
     if pats and not matches_device(pats, name):
         raise SystemExit(f"error: gpu={gpu} expects a device whose name matches {pats} (device_names in "
                          f"config/gpu/{gpu}.yaml), but this job's device is {name!r}. Run it on a node of type "
