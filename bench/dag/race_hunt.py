@@ -17,6 +17,7 @@ launch, so a read of a scratch value before this launch wrote it gives NaN where
     python -m bench.dag.race_hunt --out DIR --reps 20 --load 3        # ~448 launches a rep, ~0.25 ms each
     python -m bench.dag.race_hunt --out DIR --param ws_consumers=1 --param block_m=64   # a control
     python -m bench.dag.race_hunt --out DIR --poison-output --poison-scratch --seconds 60
+    python -m bench.dag.race_hunt --out DIR --ref-batch 32 --load 3   # the margin check's pattern: reference, launches
 """
 from __future__ import annotations
 
@@ -97,11 +98,14 @@ def main(argv=None) -> None:
     ap.add_argument("--max-records", type=int, default=20, help="non-finite launches summarized (the rest counted)")
     ap.add_argument("--poison-output", action="store_true", help="NaN in output-sized free blocks before each launch")
     ap.add_argument("--poison-scratch", action="store_true", help="NaN in every scratch buffer before each launch")
+    ap.add_argument("--ref-batch", type=int, default=0,
+                    help="before every K-th input, the fp32 reference on the next K inputs stacked, as the margin "
+                         "check runs it (the failing input, seed 196, was the first after such a batch); 0: none")
     a = ap.parse_args(argv)
     from bench.seqres.aot_check import parse_params
     from workflow.stages.common import write_json_atomic
     from workflow.stages.correctness import _poison_allocator
-    from kernels import get_variant, load_case, make_input, make_weights
+    from kernels import get_variant, load_case, make_input, make_weights, reference_forward
     params = {**withdrawn_form(), **parse_params(a.param)}
     case, dev = load_case(a.case), torch.device("cuda")
     var = get_variant("dag")
@@ -120,7 +124,9 @@ def main(argv=None) -> None:
             inner = getattr(p, "inner", p)
             xs = {s: make_input(case, a.scale, s, device=dev) for s in range(*a.inputs)}
             for rep in range(a.reps):
-                for s, x in xs.items():
+                for i, (s, x) in enumerate(xs.items()):
+                    if a.ref_batch and i % a.ref_batch == 0:   # result dropped: its memory free for y, as there
+                        reference_forward(case, w, torch.cat(list(xs.values())[i:i + a.ref_batch]))
                     if a.poison_scratch:
                         poison_scratch(inner.tensors)
                     if a.poison_output:
@@ -147,7 +153,7 @@ def main(argv=None) -> None:
         for q in loads:
             q.kill()
     res = dict(case=case.name, params=params, scale=a.scale, load=a.load, poison_output=a.poison_output,
-               poison_scratch=a.poison_scratch, first_launch=baseline, launches=launches, non_finite_launches=n_bad,
+               poison_scratch=a.poison_scratch, ref_batch=a.ref_batch, first_launch=baseline, launches=launches, non_finite_launches=n_bad,
                non_finite=found,
                device=torch.cuda.get_device_name(dev))
     path = write_json_atomic(os.path.join(a.out, "race_hunt.json"), res)
