@@ -41,11 +41,23 @@ def _bad(t: torch.Tensor) -> torch.Tensor:
     return ~torch.isfinite(t.float())
 
 
+POSITIONS = 32
+
+
+def _first(m: torch.Tensor) -> list:
+    """The indices of the first ``POSITIONS`` true elements of ``m`` (flat for a vector)."""
+    idx = torch.nonzero(m)[:POSITIONS]
+    return idx.flatten().tolist() if m.dim() == 1 else idx.tolist()
+
+
 def summarize(y: torch.Tensor, tensors: dict, B: int) -> dict:
     """Where a launch's non-finite values are: the output's count and sequences (``y`` [B, S, D]); per scratch
     buffer of ``tensors`` (``SCRATCH`` names) its count, and for the q / k / v copies ([L, 3, B, H, S, dh]) the
-    counts by (layer, part, sequence), for the row-major [M, ...] buffers by sequence (M = B·S rows)."""
-    out = {"y": int(_bad(y).sum()), "y_sequences": [b for b in range(B) if bool(_bad(y[b]).any())], "buffers": {}}
+    counts by (layer, part, sequence), for the row-major [M, ...] buffers by sequence (M = B·S rows); the first
+    ``POSITIONS`` non-finite elements' indices of every buffer and the output's non-finite rows (of B·S)."""
+    bad_y = _bad(y)
+    out = {"y": int(bad_y.sum()), "y_sequences": [b for b in range(B) if bool(bad_y[b].any())],
+           "y_rows": _first(bad_y.reshape(-1, bad_y.shape[-1]).any(1)), "buffers": {}}
     for name in SCRATCH:
         t = tensors.get(name)
         if t is None or t.numel() == 0:
@@ -62,6 +74,7 @@ def summarize(y: torch.Tensor, tensors: dict, B: int) -> dict:
                 seq = rows.shape[-2] // B
                 lead = rows if rows.dim() == 2 else rows.any(0)
                 rec["sequences"] = [b for b in range(B) if bool(lead[b * seq:(b + 1) * seq].any())]
+            rec["positions"] = _first(m)
         out["buffers"][name] = rec
     return out
 
@@ -142,6 +155,13 @@ def main(argv=None) -> None:
                         if len(found) < a.max_records:
                             rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
                                        **summarize(y, inner.tensors, case.B))
+                            y2 = var.run(p, x)   # the same input again: is the rest of y right, and is it repeatable
+                            torch.cuda.synchronize()
+                            ok = torch.isfinite(y) & torch.isfinite(y2)
+                            d = (y - y2).abs().where(ok, torch.zeros_like(y)).reshape(-1, y.shape[-1])
+                            rec["rerun"] = {"non_finite": int(_bad(y2).sum()), "max_abs_diff": float(d.max()),
+                                            "over_0.002": int((d > 0.002).sum()),
+                                            "rows_over_0.002": _first((d > 0.002).any(1))}
                             found.append(rec)
                             print(json.dumps(rec), flush=True)
                     if time.time() > t_end:
