@@ -1171,7 +1171,8 @@ def test_mcast_feed_probe_compiles_for_sm90():
 
 def test_race_hunt_summary_says_where_the_non_finite_values_are():
     """``bench.dag.race_hunt.summarize`` (its GPU loop is lab only): the output's non-finite count and sequences; the
-    q / k / v copies by layer, part and sequence; the row-major buffers by sequence; an fp8 part's NaN byte counted."""
+    q / k / v copies by layer, part and sequence; the row-major buffers by sequence; an fp8 part's NaN byte counted;
+    each buffer's non-finite positions and the output's rows."""
     from bench.dag.race_hunt import summarize
     B, S, D, L, H, dh = 2, 8, 4, 2, 2, 2
     y = torch.zeros(B, S, D)
@@ -1186,11 +1187,12 @@ def test_race_hunt_summary_says_where_the_non_finite_values_are():
     lo[S, 0] = float("nan")
     out = summarize(y, {"qkv_hi_ptr": qkv, "r_ptr": r, "f_hi_ptr": f, "att_lo_ptr": lo, "ln1_hi_ptr": torch.zeros(3)},
                     B)
-    assert out["y"] == S * D and out["y_sequences"] == [1]
-    assert out["buffers"]["qkv_hi_ptr"] == {"count": dh, "by_layer_part_sequence": {"0/v/1": dh}}
-    assert out["buffers"]["r_ptr"] == {"count": D, "sequences": [1]}
-    assert out["buffers"]["f_hi_ptr"] == {"count": 1, "sequences": [0]}
-    assert out["buffers"]["att_lo_ptr"] == {"count": 1, "sequences": [1]}
+    assert out["y"] == S * D and out["y_sequences"] == [1] and out["y_rows"] == list(range(S, 2 * S))
+    assert out["buffers"]["qkv_hi_ptr"] == {"count": dh, "by_layer_part_sequence": {"0/v/1": dh},
+                                            "positions": [[0, 2, 1, 0, 3, j] for j in range(dh)]}
+    assert out["buffers"]["r_ptr"] == {"count": D, "sequences": [1], "positions": [[S + 2, j] for j in range(D)]}
+    assert out["buffers"]["f_hi_ptr"] == {"count": 1, "sequences": [0], "positions": [[3, 1, 0]]}
+    assert out["buffers"]["att_lo_ptr"] == {"count": 1, "sequences": [1], "positions": [[S, 0]]}
     assert out["buffers"]["ln1_hi_ptr"] == {"count": 0}
     from bench.dag.race_hunt import poison_scratch
     t = {"r_ptr": torch.zeros(3), "att_lo_ptr": torch.zeros(3, dtype=torch.float8_e4m3fn), "x_ptr": torch.zeros(3)}
