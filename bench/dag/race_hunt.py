@@ -111,6 +111,11 @@ def main(argv=None) -> None:
     ap.add_argument("--max-records", type=int, default=20, help="non-finite launches summarized (the rest counted)")
     ap.add_argument("--poison-output", action="store_true", help="NaN in output-sized free blocks before each launch")
     ap.add_argument("--poison-scratch", action="store_true", help="NaN in every scratch buffer before each launch")
+    ap.add_argument("--tuned", metavar="GPU", help="hunt the case's committed tuned form for GPU "
+                    "(config/tuned/GPU/caseNN.yaml) in place of the withdrawn form (--param over it)")
+    ap.add_argument("--compare", type=float, default=0.0, metavar="ABS",
+                    help="keep each input's first finite output and record every later launch of it that differs by "
+                         "more than ABS (wrong but finite values, which the non-finite check misses); 0: off")
     ap.add_argument("--ref-batch", type=int, default=0,
                     help="before every K-th input, the fp32 reference on the next K inputs stacked, as the margin "
                          "check runs it (the failing input, seed 196, was the first after such a batch); 0: none")
@@ -119,11 +124,19 @@ def main(argv=None) -> None:
     from workflow.stages.common import write_json_atomic
     from workflow.stages.correctness import _poison_allocator
     from kernels import get_variant, load_case, make_input, make_weights, reference_forward
-    params = {**withdrawn_form(), **parse_params(a.param)}
     case, dev = load_case(a.case), torch.device("cuda")
+    if a.tuned:
+        from kernels.tuning import read_block, tuned_file
+        block = read_block(tuned_file(case, a.tuned), "dag")
+        if block is None:
+            raise SystemExit(f"no dag block in {tuned_file(case, a.tuned)}")
+        params = {**block["params"], **parse_params(a.param)}
+    else:
+        params = {**withdrawn_form(), **parse_params(a.param)}
     var = get_variant("dag")
     loads, t_end = [], None
     found, launches, baseline, n_bad = [], 0, None, 0
+    seen, differ, n_differ = {}, [], 0   # --compare: each input's first finite output; the launches that differ
     try:
         first = None
         for ws in a.weight_seeds:   # the first weight seed prepared, the others rebound to it (as the margin check)
@@ -150,7 +163,20 @@ def main(argv=None) -> None:
                     if launches == 1:   # what a launch leaves NaN by design (scratch it never writes) under poison
                         baseline = summarize(y, inner.tensors, case.B)
                         print("first launch:", json.dumps(baseline), flush=True)
-                    if not bool(torch.isfinite(y).all()):
+                    finite = bool(torch.isfinite(y).all())
+                    if a.compare and finite:
+                        ref = seen.setdefault((ws, s), y.clone())
+                        over = (y - ref).abs() > a.compare
+                        if bool(over.any()):
+                            n_differ += 1
+                            if len(differ) < a.max_records:
+                                rows = over.reshape(-1, over.shape[-1])
+                                rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
+                                           elements=int(over.sum()), max_abs=float((y - ref).abs().max()),
+                                           rows=_first(rows.any(1)), columns=_first(rows.any(0)))
+                                differ.append(rec)
+                                print("differs:", json.dumps(rec), flush=True)
+                    if not finite:
                         n_bad += 1
                         if len(found) < a.max_records:
                             rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
@@ -174,10 +200,11 @@ def main(argv=None) -> None:
             q.kill()
     res = dict(case=case.name, params=params, scale=a.scale, load=a.load, poison_output=a.poison_output,
                poison_scratch=a.poison_scratch, ref_batch=a.ref_batch, first_launch=baseline, launches=launches, non_finite_launches=n_bad,
-               non_finite=found,
+               non_finite=found, tuned=a.tuned, compare=a.compare, differing_launches=n_differ, differing=differ,
                device=torch.cuda.get_device_name(dev))
     path = write_json_atomic(os.path.join(a.out, "race_hunt.json"), res)
-    print(f"{launches} launches, {n_bad} with non-finite outputs ({len(found)} recorded) -> {path}")
+    print(f"{launches} launches, {n_bad} with non-finite outputs ({len(found)} recorded)"
+          f"{f', {n_differ} differing from the first output by > {a.compare:g}' if a.compare else ''} -> {path}")
 
 
 if __name__ == "__main__":
