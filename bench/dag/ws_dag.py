@@ -801,8 +801,53 @@ def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict
                    ex2=ptx.count("ex2.approx"), cvt_bf16=ptx.count("cvt.rn.bf16.f32"),
                    cvt_bf16x2=ptx.count("cvt.rn.bf16x2.f32"))
         rec.update(_ptxas(ptx))
+        rec["mbarriers_in_scratch"] = mbarriers_in_scratch(k.asm["ttgir"])
         out[case.name] = rec
     return out
+
+
+def mbarriers_in_scratch(ttgir: str) -> list[int]:
+    """The shared-memory offsets of mbarriers that Triton's allocator placed inside an operation's scratch (a layout
+    conversion's, a reduction's): Triton's allocation passes (as ``make_llir`` runs them for sm_90) over the
+    kernel's TTGIR; a scratch region runs from its offset to the next allocation above it. An mbarrier the kernel
+    initializes and never uses again is dead to the allocator, which may hand its bytes to a scratch; ordinary
+    stores to a valid mbarrier's memory are undefined, and the cooperative form's unused q mbarriers read back wrong
+    values that way (docs/dag-results.md "Results" 50). [] when none is."""
+    import tempfile
+    from triton._C.libtriton import ir, nvidia, passes
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    CUDABackend(GPUTarget("cuda", 90, 32)).load_dialects(ctx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttgir") as f:
+        f.write(ttgir)
+        f.flush()
+        mod = ir.parse_mlir_module(f.name, ctx)
+    mod.context = ctx
+    pm = ir.pass_manager(ctx)
+    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 86)
+    pm.run(mod, "allocate")
+    txt = str(mod)
+    total = int(re.search(r"ttg.shared = (\d+)", txt).group(1))
+    allocs = []   # (mbarrier | buffer | scratch, offset)
+    for line in txt.splitlines():
+        m = re.search(r"allocation.offset = (\d+)", line)
+        if m is None or "tt.func" in line:
+            continue
+        off = int(m.group(1))
+        if "ttg.local_alloc" in line:
+            mem = re.search(r"!ttg.memdesc<([^,>]*)", line.split("->")[-1])
+            allocs.append(("mbarrier" if mem and mem.group(1).endswith("xi64") else "buffer", off))
+        elif "ttg.warp_specialize" not in line:   # (its captures: none in shared memory in these kernels)
+            allocs.append(("scratch", off))
+    bounds = sorted({off for _, off in allocs} | {total})
+    scratch = [(s, min(b for b in bounds if b > s)) for kind, s in allocs if kind == "scratch"]
+    return sorted({off for kind, off in allocs if kind == "mbarrier" and any(s <= off < e for s, e in scratch)})
 
 
 def _ptxas(ptx: str) -> dict:

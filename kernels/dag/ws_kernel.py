@@ -1374,6 +1374,10 @@ def dag_ws_fwd(
     w_hi = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)   # RING_N: the wider of the two
     w_lo = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T64, RING_N], lw)
     # the cooperative consumers (two on a 128-row tile's halves): q through the ring, no q buffers (shared memory)
+    # and no q mbarriers: an mbarrier initialized and then never used is dead to the allocator, which gave its bytes
+    # to consumer 0's layout-conversion scratch; ordinary stores to a valid mbarrier's memory are undefined (PTX
+    # ISA, mbarrier), and one launch in thousands read back values that were not the ones stored (odd fp32 elements
+    # of the scratch's first 32 bytes: docs/dag-results.md "Results" 50)
     COOP: gl.constexpr = (CONSUMERS == 2) and (BLOCK_M == 2 * T64)
     if COOP:
         q_hi = a_hi   # (not used)
@@ -1384,8 +1388,12 @@ def dag_ws_fwd(
     bl: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bl)
-    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
-    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
+    if COOP:
+        q_ready = ready   # (not used)
+        q_empty = empty
+    else:
+        q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
+        q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], bl)
     # the hand-over rings: loader -> consumer c and consumer c -> signaller c at slots 2c, 2c + 1
     tid_full = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
     tid_free = gl.allocate_shared_memory(gl.int64, [2 * CONSUMERS, 1], bl)
@@ -1398,9 +1406,10 @@ def dag_ws_fwd(
     for q in gl.static_range(STAGES):
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=FREES)
-    for q in gl.static_range(CONSUMERS):
-        mbarrier.init(q_ready.index(q), count=1)
-        mbarrier.init(q_empty.index(q), count=1)
+    if not COOP:
+        for q in gl.static_range(CONSUMERS):
+            mbarrier.init(q_ready.index(q), count=1)
+            mbarrier.init(q_empty.index(q), count=1)
     for q in gl.static_range(2 * CONSUMERS):
         mbarrier.init(tid_full.index(q), count=1)
         mbarrier.init(tid_free.index(q), count=1)
