@@ -1,12 +1,15 @@
-"""Hunt the race that gave case 12's cooperative form non-finite outputs (lab; docs/dag-results.md "Results" 49).
+"""Hunt the race that gave case 12's cooperative form non-finite outputs (lab; docs/dag-results.md "Results" 49, 50).
 
 The margin check at `bfeb2bd` found 2 of 448 inputs whose output held a whole sequence of non-finite values, where
 the same inputs were finite in two earlier runs of the same kernel. This runs the withdrawn form (``withdrawn_form``,
-`72ddb83`'s tuned choice) over the margin check's inputs again and again, optionally beside other processes loading
-the GPU as the three other correctness jobs did, and for each launch whose output is not finite records where: the
-sequences of the output, and the non-finite elements left in every scratch buffer of the launch (the per-layer q / k
-/ v copies by layer, part and sequence; the residual and the split A operands, whose last writer is the last layer),
-which says the first stage the non-finite values reach. GPU only to run; ``summarize`` is plain torch.
+`72ddb83`'s tuned choice; ``--tuned GPU`` a case's committed form) over the margin check's inputs again and again,
+optionally beside other processes loading the GPU, and for each launch whose output is not finite records where:
+the sequences and rows of the output, and the non-finite elements left in every scratch buffer of the launch (the
+per-layer q / k / v copies by layer, part and sequence; the residual and the split A operands, whose last writer is
+the last layer, with their first positions), which says the first stage the non-finite values reach; then it runs
+the input again. GPU only to run; ``summarize`` is plain torch. It found the fault ("Results" 50) with four hunts at
+once on one GPU and ``--ref-batch 32`` (alone it never failed): the form's unused q mbarriers lay in a consumer's
+layout-conversion scratch, fixed in `b204ec6`.
 
 Two poisons make a missed write visible where a re-run would hide it (a stale value from the previous launch is
 finite, and with the same input it is even right): ``--poison-output`` fills output-sized free blocks of the caching
@@ -18,6 +21,8 @@ launch, so a read of a scratch value before this launch wrote it gives NaN where
     python -m bench.dag.race_hunt --out DIR --param ws_consumers=1 --param block_m=64   # a control
     python -m bench.dag.race_hunt --out DIR --poison-output --poison-scratch --seconds 60
     python -m bench.dag.race_hunt --out DIR --ref-batch 32 --load 3   # the margin check's pattern: reference, launches
+    for k in 1 2 3 4; do python -m bench.dag.race_hunt --out DIR$k --reps 400 --poison-output --ref-batch 32 \
+        --compare 1e-3 --seconds 160 & done; wait                       # four at once: how "Results" 50 found it
 """
 from __future__ import annotations
 
