@@ -1198,6 +1198,11 @@ def test_race_hunt_summary_says_where_the_non_finite_values_are():
     t = {"r_ptr": torch.zeros(3), "att_lo_ptr": torch.zeros(3, dtype=torch.float8_e4m3fn), "x_ptr": torch.zeros(3)}
     poison_scratch(t)
     assert t["r_ptr"].isnan().all() and t["att_lo_ptr"].float().isnan().all() and not t["x_ptr"].isnan().any()
+    from bench.dag.race_hunt import differ   # --compare and the re-run: finite elements only
+    a, b = torch.zeros(2, 3, 4), torch.zeros(2, 3, 4)
+    a[1, 0, 2], b[0, 1, 1], b[1, 2, 3] = 0.5, float("nan"), 1e-4
+    assert differ(a, b, 1e-3) == {"elements": 1, "max_abs": 0.5, "rows": [3], "columns": [2]}
+    assert differ(b, b, 0.0)["elements"] == 0
     from bench.dag.race_hunt import withdrawn_form   # the form it hunts: case 12's choice at 72ddb83
     f = withdrawn_form()
     assert (f["block_m"], f["ws_consumers"], f["ws_stages"], f["scheme_qkv"], f["split_k_o"], f["ln_chunk"]) == \

@@ -55,6 +55,16 @@ def _first(m: torch.Tensor) -> list:
     return idx.flatten().tolist() if m.dim() == 1 else idx.tolist()
 
 
+def differ(y: torch.Tensor, ref: torch.Tensor, limit: float) -> dict:
+    """Where ``y`` and ``ref`` ([.., D]) differ by more than ``limit`` over the elements finite in both: how many, the
+    largest difference, the first rows (of the flattened [.., D]) and columns."""
+    ok = torch.isfinite(y) & torch.isfinite(ref)
+    d = (y - ref).abs().where(ok, torch.zeros_like(y)).reshape(-1, y.shape[-1])
+    over = d > limit
+    return {"elements": int(over.sum()), "max_abs": float(d.max()), "rows": _first(over.any(1)),
+            "columns": _first(over.any(0))}
+
+
 def summarize(y: torch.Tensor, tensors: dict, B: int) -> dict:
     """Where a launch's non-finite values are: the output's count and sequences (``y`` [B, S, D]); per scratch
     buffer of ``tensors`` (``SCRATCH`` names) its count, and for the q / k / v copies ([L, 3, B, H, S, dh]) the
@@ -141,7 +151,7 @@ def main(argv=None) -> None:
     var = get_variant("dag")
     loads, t_end = [], None
     found, launches, baseline, n_bad = [], 0, None, 0
-    seen, differ, n_differ = {}, [], 0   # --compare: each input's first finite output; the launches that differ
+    seen, differing, n_differ = {}, [], 0   # --compare: each input's first finite output; the launches that differ
     try:
         first = None
         for ws in a.weight_seeds:   # the first weight seed prepared, the others rebound to it (as the margin check)
@@ -154,10 +164,11 @@ def main(argv=None) -> None:
                 t_end = time.time() + a.seconds
             inner = getattr(p, "inner", p)
             xs = {s: make_input(case, a.scale, s, device=dev) for s in range(*a.inputs)}
+            stacked = list(xs.values())
             for rep in range(a.reps):
                 for i, (s, x) in enumerate(xs.items()):
                     if a.ref_batch and i % a.ref_batch == 0:   # result dropped: its memory free for y, as there
-                        reference_forward(case, w, torch.cat(list(xs.values())[i:i + a.ref_batch]))
+                        reference_forward(case, w, torch.cat(stacked[i:i + a.ref_batch]))
                     if a.poison_scratch:
                         poison_scratch(inner.tensors)
                     if a.poison_output:
@@ -170,16 +181,12 @@ def main(argv=None) -> None:
                         print("first launch:", json.dumps(baseline), flush=True)
                     finite = bool(torch.isfinite(y).all())
                     if a.compare and finite:
-                        ref = seen.setdefault((ws, s), y.clone())
-                        over = (y - ref).abs() > a.compare
-                        if bool(over.any()):
+                        rec = differ(y, seen.setdefault((ws, s), y.clone()), a.compare)
+                        if rec["elements"]:
                             n_differ += 1
-                            if len(differ) < a.max_records:
-                                rows = over.reshape(-1, over.shape[-1])
-                                rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches,
-                                           elements=int(over.sum()), max_abs=float((y - ref).abs().max()),
-                                           rows=_first(rows.any(1)), columns=_first(rows.any(0)))
-                                differ.append(rec)
+                            if len(differing) < a.max_records:
+                                rec = dict(weight_seed=ws, input_seed=s, rep=rep, launch=launches, **rec)
+                                differing.append(rec)
                                 print("differs:", json.dumps(rec), flush=True)
                     if not finite:
                         n_bad += 1
@@ -188,11 +195,7 @@ def main(argv=None) -> None:
                                        **summarize(y, inner.tensors, case.B))
                             y2 = var.run(p, x)   # the same input again: is the rest of y right, and is it repeatable
                             torch.cuda.synchronize()
-                            ok = torch.isfinite(y) & torch.isfinite(y2)
-                            d = (y - y2).abs().where(ok, torch.zeros_like(y)).reshape(-1, y.shape[-1])
-                            rec["rerun"] = {"non_finite": int(_bad(y2).sum()), "max_abs_diff": float(d.max()),
-                                            "over_0.002": int((d > 0.002).sum()),
-                                            "rows_over_0.002": _first((d > 0.002).any(1))}
+                            rec["rerun"] = {"non_finite": int(_bad(y2).sum()), **differ(y, y2, 0.002)}
                             found.append(rec)
                             print(json.dumps(rec), flush=True)
                     if time.time() > t_end:
@@ -203,9 +206,10 @@ def main(argv=None) -> None:
     finally:
         for q in loads:
             q.kill()
-    res = dict(case=case.name, params=params, scale=a.scale, load=a.load, poison_output=a.poison_output,
-               poison_scratch=a.poison_scratch, ref_batch=a.ref_batch, first_launch=baseline, launches=launches, non_finite_launches=n_bad,
-               non_finite=found, tuned=a.tuned, compare=a.compare, differing_launches=n_differ, differing=differ,
+    res = dict(case=case.name, params=params, tuned=a.tuned, scale=a.scale, load=a.load,
+               poison_output=a.poison_output, poison_scratch=a.poison_scratch, ref_batch=a.ref_batch,
+               first_launch=baseline, launches=launches, non_finite_launches=n_bad, non_finite=found,
+               compare=a.compare, differing_launches=n_differ, differing=differing,
                device=torch.cuda.get_device_name(dev))
     path = write_json_atomic(os.path.join(a.out, "race_hunt.json"), res)
     print(f"{launches} launches, {n_bad} with non-finite outputs ({len(found)} recorded)"

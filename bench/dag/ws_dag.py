@@ -816,7 +816,7 @@ def mbarriers_in_scratch(ttgir: str) -> list[int]:
     import tempfile
     from triton._C.libtriton import ir, nvidia, passes
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.backends.nvidia.compiler import CUDABackend, get_ptxas, ptx_get_version
     ctx = ir.context()
     ir.load_dialects(ctx)
     CUDABackend(GPUTarget("cuda", 90, 32)).load_dialects(ctx)
@@ -830,7 +830,7 @@ def mbarriers_in_scratch(ttgir: str) -> list[int]:
     passes.ttgpuir.add_allocate_warp_groups(pm)
     passes.convert.add_scf_to_cf(pm)
     passes.gluon.add_inliner(pm)
-    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 86)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, ptx_get_version(get_ptxas(90).version))
     pm.run(mod, "allocate")
     txt = str(mod)
     total = int(re.search(r"ttg.shared = (\d+)", txt).group(1))
