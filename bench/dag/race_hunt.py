@@ -9,7 +9,7 @@ per-layer q / k / v copies by layer, part and sequence; the residual and the spl
 the last layer, with their first positions), which says the first stage the non-finite values reach; then it runs
 the input again. GPU only to run; ``summarize`` is plain torch. It found the fault ("Results" 50) with four hunts at
 once on one GPU and ``--ref-batch 32`` (alone it never failed): the form's unused q mbarriers lay in a consumer's
-layout-conversion scratch, fixed in `b204ec6`; on the fix the same hunt ran clean ("Results" 51: 157 872 launches).
+layout-conversion scratch, fixed in `b204ec6`; on the fix the same hunt ran clean ("Results" 51: 284 646 launches).
 
 Two poisons make a missed write visible where a re-run would hide it (a stale value from the previous launch is
 finite, and with the same input it is even right): ``--poison-output`` fills output-sized free blocks of the caching
