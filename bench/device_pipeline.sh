@@ -7,7 +7,8 @@
 # the finished jobs and a stopped correctness job resumes its margin inputs (docs/pipeline.md, "The margin check").
 # A call made at once can still find a fresh machine (at 0be4fd3 the second call did and ran the correctness stage
 # again): unpacking each call's results.tgz here and carrying outputs/ with CARRIED=1 loses nothing then.
-# Results land in outputs/ as any Snakemake run writes them; $OUT gets a tarball of outputs/ and the logs. Carry the
+# Results land in outputs/ as any Snakemake run writes them; $OUT gets a tarball of outputs/ and the logs (publish it
+# from the sending side: python -m workflow.publish results.tgz, docs/pipeline.md "Provenance"). Carry the
 # wheels (../shared/tools/device-wheels.sh .whl snakemake hydra-core ...).
 #   MKH_GIT_COMMIT=<commit> bash bench/device_pipeline.sh
 # <commit>: the full hash of the tree sent, taken on the sending side (`git rev-parse HEAD` there). On a lent machine

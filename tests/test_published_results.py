@@ -30,14 +30,9 @@ README = Path(REPO, "README.md")
 
 
 def _report_block(family):
-    """The README block of one family, cut from its committed report: the headline table, a blank line, then
-    the per-case table's header and its `auto` rows (nothing else between them)."""
-    report = (RESULTS / family / "report.md").read_text()
-    headline = report.split("## Headline", 1)[1].split("\n\n", 2)[1]  # the table under the heading
-    per_case = report.split("## Per case x variant", 1)[1].split("\n\n", 2)[1].splitlines()
-    auto_rows = [row for row in per_case[2:] if "| auto |" in row]
-    geomean = next(row for row in headline.splitlines() if row.startswith("| auto vs fastest gated peer |"))
-    return headline, "\n".join(per_case[:2] + auto_rows), len(auto_rows), geomean.split("|")[2].strip()
+    """The README block of one family, cut from its committed report (``workflow.publish.report_block``)."""
+    from workflow.publish import report_block
+    return report_block(RESULTS, family)
 
 
 def _tables(text):
@@ -94,3 +89,73 @@ def test_family_reports_are_what_the_committed_jsons_say(tmp_path):
             text = p.read_text()
             return text.split("## Headline", 1)[1].split("## Figures", 1)[0]
         assert body(tmp_path / family / "report.md") == body(RESULTS / family / "report.md"), family
+
+
+def _fake_run(tmp_path, case="case12", variants=("auto",), stages=("correctness", "timing"), edit=None):
+    """A run's outputs/ made of published records (``edit(stage, variant, record)`` changes them)."""
+    import json
+    out = tmp_path / "outputs"
+    for stage in stages:
+        for v in variants:
+            d = json.loads((RESULTS / "raw" / stage / "h200" / case / f"{v}.json").read_text())
+            if edit:
+                edit(stage, v, d)
+            p = out / stage / "h200" / case / f"{v}.json"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(d))
+    return out
+
+
+def test_publish_copies_the_run_rebuilds_the_reports_and_the_readme_block(tmp_path):
+    """workflow.publish on a run whose case 12 `auto` timing is 10% faster: the JSON lands in raw/, the reports
+    are rebuilt from it, and the README's results block is the new all-cases report's."""
+    import shutil
+    from workflow.publish import publish, readme_block
+
+    def faster(stage, v, d):
+        if stage == "timing":
+            d["median_ms"] *= 0.9
+            d["times_ms"] = [t * 0.9 for t in d["times_ms"]]
+            for k in ("p20_ms", "p80_ms", "min_ms"):
+                d[k] *= 0.9
+    out = _fake_run(tmp_path, edit=faster)
+    dest = tmp_path / "h200"
+    shutil.copytree(RESULTS, dest)
+    readme = tmp_path / "README.md"
+    readme.write_text(README.read_text())
+    old = readme_block(dest)
+    publish(out, "h200", dest, readme)
+    src = out / "timing" / "h200" / "case12" / "auto.json"
+    assert (dest / "raw" / "timing" / "h200" / "case12" / "auto.json").read_bytes() == src.read_bytes()
+    new = readme_block(dest)
+    assert new != old and new in readme.read_text() and old not in readme.read_text()
+    assert readme.read_text().replace(new, old) == README.read_text()  # nothing else in the README changed
+    assert not list(dest.rglob("*.tmp"))
+
+
+def test_publish_refuses_a_run_it_cannot_vouch_for(tmp_path):
+    """Nothing is written when a record has no commit, ran on another GPU type, ran out of memory, or is a timing
+    without its gate; each refusal names the file and the fix."""
+    import pytest
+    from workflow.publish import PublishError, collect
+
+    def no_commit(stage, v, d):
+        d["env"]["git_commit"] = None
+
+    def h100(stage, v, d):
+        d["env"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
+
+    def oom(stage, v, d):
+        d["status"] = "oom"
+    for name, kw, says in (("commit", dict(edit=no_commit), "MKH_GIT_COMMIT"),
+                           ("gpu", dict(edit=h100), "not a h200"),
+                           ("oom", dict(edit=oom, stages=("correctness",)), "oom|out of GPU memory"),
+                           ("gate", dict(stages=("timing",)), "no correctness record")):
+        out = _fake_run(tmp_path / name, **kw)
+        with pytest.raises(PublishError, match=says) as e:
+            collect(out, "h200")
+        assert "case12/auto.json" in str(e.value), name
+    with pytest.raises(PublishError, match="no result records"):
+        collect(tmp_path, "h200")
+    with pytest.raises(PublishError, match="unknown GPU type"):
+        collect(_fake_run(tmp_path / "x"), "h300")

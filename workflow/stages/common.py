@@ -18,15 +18,14 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
-    """Write JSON to a temp file beside ``path`` and rename it over: readers never see half a file."""
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to a temp file beside ``path`` and rename it over: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False, default=_json_default)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -35,6 +34,12 @@ def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
+    """Write JSON atomically (``write_bytes_atomic``)."""
+    text = json.dumps(data, indent=1, sort_keys=False, default=_json_default) + "\n"
+    return write_bytes_atomic(path, text.encode())
 
 
 def _json_default(o):
