@@ -159,3 +159,16 @@ def test_publish_refuses_a_run_it_cannot_vouch_for(tmp_path):
         collect(tmp_path, "h200")
     with pytest.raises(PublishError, match="unknown GPU type"):
         collect(_fake_run(tmp_path / "x"), "h300")
+
+
+def test_publish_reads_the_device_pipelines_tarball(tmp_path):
+    """`bench/device_pipeline.sh` leaves outputs/ as results.tgz: publish reads it as it reads the directory."""
+    import tarfile
+    from workflow.publish import publish
+    out = _fake_run(tmp_path / "run")
+    with tarfile.open(tmp_path / "results.tgz", "w:gz") as t:
+        t.add(out, arcname="outputs")
+    recs = publish(tmp_path / "results.tgz", "h200", tmp_path / "untouched", None, dry_run=True)
+    assert {(r.stage, r.case, r.variant) for r in recs} == {("correctness", "case12", "auto"),
+                                                           ("timing", "case12", "auto")}
+    assert not (tmp_path / "untouched").exists()

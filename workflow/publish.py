@@ -70,8 +70,10 @@ def device_patterns(gpu: str) -> list[str]:
     return list((yaml.safe_load(p.read_text()) or {}).get("device_names") or [])
 
 
-def collect(src: Path, gpu: str) -> list[Record]:
-    """Every result record of ``gpu`` under the outputs tree ``src``, each checked (see the module doc)."""
+def collect(src: Path, gpu: str, shown: Path | None = None) -> list[Record]:
+    """Every result record of ``gpu`` under the outputs tree ``src``, each checked (see the module doc); messages
+    name the files under ``shown`` (what the user passed: a tarball's name rather than where it was unpacked)."""
+    shown = shown or src
     patterns = device_patterns(gpu)
     recs, problems = [], []
     for stage in STAGES:
@@ -80,15 +82,15 @@ def collect(src: Path, gpu: str) -> list[Record]:
             try:
                 data = check_file(path, stage, gpu=gpu, case=case, variant=variant, tag="")
             except InvalidResult as e:
-                problems.append(f"{path}: {e}")
+                problems.append(f"{shown / path.relative_to(src)}: {e}")
                 continue
             recs.append(Record(stage, case, variant, path, data))
     if not recs and not problems:
-        raise PublishError(f"no result records under {src}/{{{','.join(STAGES)}}}/{gpu}/: is it a run's outputs/ "
+        raise PublishError(f"no result records under {shown}/{{{','.join(STAGES)}}}/{gpu}/: is it a run's outputs/ "
                            f"of GPU type {gpu!r}?")
     have = {(r.case, r.variant) for r in recs if r.stage == "correctness"}
     for r in recs:
-        where = f"{r.path}"
+        where = f"{shown / r.path.relative_to(src)}"
         if not re.fullmatch(r"[0-9a-f]{40}", r.commit):
             problems.append(f"{where}: no clean commit recorded (env.git_commit {r.commit!r}): run from a committed "
                             "tree (`+dirty`: tracked files differed), and on a lent machine pass "
@@ -123,11 +125,11 @@ def readme_block(results: Path) -> str:
     return headline + "\n\n" + auto_table
 
 
-def source_tree(src: Path, stack: list) -> Path:
-    """The outputs tree of ``src``: the directory itself, or a results tarball unpacked into a temp directory
-    (``stack`` holds it until the caller is done)."""
+def source_tree(src: Path, stack: list) -> tuple[Path, Path]:
+    """The outputs tree of ``src`` and how to name it: the directory itself, or a results tarball unpacked into a
+    temp directory (``stack`` holds it until the caller is done), named as a path inside the tarball."""
     if src.is_dir():
-        return src
+        return src, src
     if not src.is_file() or not tarfile.is_tarfile(src):
         raise PublishError(f"{src}: neither a run's outputs/ directory nor a results tarball")
     tmp = tempfile.TemporaryDirectory(prefix="mkh-publish-")
@@ -135,13 +137,14 @@ def source_tree(src: Path, stack: list) -> Path:
     with tarfile.open(src) as t:
         t.extractall(tmp.name, filter="data")
     root = Path(tmp.name)
-    return root / "outputs" if (root / "outputs").is_dir() else root
+    return (root / "outputs", src / "outputs") if (root / "outputs").is_dir() else (root, src)
 
 
 def publish(src: Path, gpu: str, dest: Path, readme: Path | None, dry_run: bool = False) -> list[Record]:
     stack: list = []
     try:
-        recs = collect(source_tree(src, stack), gpu)
+        tree, shown = source_tree(src, stack)
+        recs = collect(tree, gpu, shown)
         commits = sorted({r.commit for r in recs})
         print(f"{len(recs)} records of {gpu}, commit(s) {', '.join(c[:7] for c in commits)}:")
         for r in recs:
