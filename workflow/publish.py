@@ -4,14 +4,13 @@ the README's results block.
     python -m workflow.publish outputs                    # a run's outputs/ (or the results.tgz that
     python -m workflow.publish results.tgz --dry-run      #   bench/device_pipeline.sh leaves in $OUT)
 
-Every correctness, timing and ncu record of the GPU type (``--gpu``, default h200) under the source is read and
-checked first, and nothing is written unless all pass: each must be a valid record at its own path
+Every correctness, timing and ncu record of the H200 (the published GPU type: the reports are its) under the source
+is read and checked first, and nothing is written unless all pass: each must be a valid record at its own path
 (``workflow.schemas.check_file``), name a clean commit (``env.git_commit``, not ``+dirty``; on a lent machine pass
-``MKH_GIT_COMMIT``),
-have run on a device of that type (``device_names`` in ``config/gpu/<type>.yaml``), not be an ``oom`` (run it again
-alone), and a timing or ncu record needs its case x variant's correctness record in the same run. Failed gates are
-published as they are: the report shows them. Then each record is copied byte for byte into
-``<dest>/raw/<stage>/<gpu>/<case>/<variant>.json`` (a temp file renamed over), ``workflow/scripts/family_report.sh``
+``MKH_GIT_COMMIT``), have run on an H200 (``device_names`` in ``config/gpu/h200.yaml``), not be an ``oom`` (run it
+again alone), and a timing or ncu record needs its case x variant's correctness record in the same run. Failed gates
+are published as they are: the report shows them. Then each record is copied byte for byte into
+``<dest>/raw/<stage>/h200/<case>/<variant>.json`` (a temp file renamed over), ``workflow/scripts/family_report.sh``
 rebuilds the family reports and the all-cases report, and the README's results block (the all-cases report's
 headline and ``auto`` rows, ``tests/test_published_results.py``) is replaced by the new one. The family table's
 prose is the maintainer's: the new geomeans are printed for it, and the test checks them.
@@ -183,14 +182,13 @@ def publish(src: Path, gpu: str, dest: Path, readme: Path | None, dry_run: bool 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("src", type=Path, help="a run's outputs/ directory or its results tarball")
-    ap.add_argument("--gpu", default="h200", help="the GPU type published (config/gpu/<type>.yaml)")
     ap.add_argument("--dest", type=Path, default=REPO / "docs" / "results" / "h200",
                     help="the published results (raw/ and the reports)")
     ap.add_argument("--readme", type=Path, default=REPO / "README.md", help="the README whose block is refreshed")
     ap.add_argument("--no-readme", action="store_true", help="leave the README alone")
     ap.add_argument("--dry-run", action="store_true", help="check and list the records, write nothing")
     a = ap.parse_args(argv)
-    publish(a.src, a.gpu, a.dest, None if a.no_readme else a.readme, a.dry_run)
+    publish(a.src, "h200", a.dest, None if a.no_readme else a.readme, a.dry_run)
     return 0
 
 
