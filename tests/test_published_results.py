@@ -172,3 +172,34 @@ def test_publish_reads_the_device_pipelines_tarball(tmp_path):
     assert {(r.stage, r.case, r.variant) for r in recs} == {("correctness", "case12", "auto"),
                                                            ("timing", "case12", "auto")}
     assert not (tmp_path / "untouched").exists()
+
+
+def test_publish_puts_the_records_back_when_the_reports_fail(tmp_path, monkeypatch):
+    """No half-published run: when the reports cannot be built with the new records, the old ones go back (a new
+    file is removed) and the reports are rebuilt from them."""
+    import json, shutil, subprocess
+    import pytest
+    import workflow.publish as pub
+
+    def other_commit(stage, v, d):
+        d["env"]["git_commit"] = "f" * 40
+    out = _fake_run(tmp_path, edit=other_commit)
+    new = out / "correctness" / "h200" / "case12" / "x.json"  # a record the published tree does not have
+    d = json.loads((out / "correctness" / "h200" / "case12" / "auto.json").read_text())
+    new.write_text(json.dumps({**d, "variant": "x"}))
+    dest = tmp_path / "h200"
+    shutil.copytree(RESULTS / "raw", dest / "raw")
+    calls = []
+
+    def build(d):
+        calls.append(d)
+        if len(calls) == 1:
+            raise subprocess.CalledProcessError(1, "family_report.sh")
+    monkeypatch.setattr(pub, "build_reports", build)
+    with pytest.raises(pub.PublishError, match="as they were"):
+        pub.publish(out, "h200", dest, None)
+    assert calls == [dest, dest]
+    for f in (dest / "raw").rglob("*.json"):
+        rel = f.relative_to(dest / "raw")
+        assert f.read_bytes() == (RESULTS / "raw" / rel).read_bytes(), rel
+    assert not (dest / "raw" / "correctness" / "h200" / "case12" / "x.json").exists()

@@ -139,6 +139,13 @@ def source_tree(src: Path, stack: list) -> tuple[Path, Path]:
     return (root / "outputs", src / "outputs") if (root / "outputs").is_dir() else (root, src)
 
 
+def build_reports(dest: Path) -> None:
+    """The family reports and the all-cases report of ``dest`` rebuilt from ``dest/raw`` (family_report.sh)."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    subprocess.run(["bash", str(REPO / "workflow" / "scripts" / "family_report.sh"), str(dest / "raw"), str(dest)],
+                   cwd=REPO, env=env, check=True)
+
+
 def publish(src: Path, gpu: str, dest: Path, readme: Path | None, dry_run: bool = False) -> list[Record]:
     stack: list = []
     try:
@@ -156,17 +163,28 @@ def publish(src: Path, gpu: str, dest: Path, readme: Path | None, dry_run: bool 
             return recs
         old_block = readme_block(dest) if readme and (dest / "all" / "report.md").exists() else None
         old = {f: report_block(dest, f)[3] for f in FAMILIES if (dest / f / "report.md").exists()}
+        before = {}  # each target's bytes before (None: it was not there), to put back if the reports fail
         for r in recs:
-            write_bytes_atomic(r.target(dest / "raw", gpu), r.path.read_bytes())
+            t = r.target(dest / "raw", gpu)
+            before[t] = t.read_bytes() if t.exists() else None
+            write_bytes_atomic(t, r.path.read_bytes())
     finally:
         for t in stack:
             t.cleanup()
-    env = dict(os.environ, PYTHON=sys.executable)
-    subprocess.run(["bash", str(REPO / "workflow" / "scripts" / "family_report.sh"), str(dest / "raw"), str(dest)],
-                   cwd=REPO, env=env, check=True)
+    try:
+        build_reports(dest)
+    except subprocess.CalledProcessError:
+        for t, b in before.items():
+            if b is None:
+                t.unlink()
+            else:
+                write_bytes_atomic(t, b)
+        build_reports(dest)
+        raise PublishError("the reports could not be built with this run's records (family_report.sh's message "
+                           "above); the published records are as they were, the reports rebuilt from them") from None
     for f in FAMILIES:
         if (dest / f / "report.md").exists():
-            print(f"  {f}: geomean {old.get(f, '-')} -> {report_block(dest, f)[3]}×")
+            print(f"  {f}: geomean {old.get(f, '-')}× -> {report_block(dest, f)[3]}×")
     if readme is not None:
         text = readme.read_text()
         new_block = readme_block(dest)
