@@ -168,6 +168,8 @@ def test_publish_reads_the_device_pipelines_tarball(tmp_path):
     out = _fake_run(tmp_path / "run")
     with tarfile.open(tmp_path / "results.tgz", "w:gz") as t:
         t.add(out, arcname="outputs")
+    from workflow.publish import main
+    assert main([str(tmp_path / "results.tgz"), "--dry-run", "--dest", str(tmp_path / "untouched")]) == 0
     recs = publish(tmp_path / "results.tgz", "h200", tmp_path / "untouched", None, dry_run=True)
     assert {(r.stage, r.case, r.variant) for r in recs} == {("correctness", "case12", "auto"),
                                                            ("timing", "case12", "auto")}
