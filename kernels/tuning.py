@@ -54,11 +54,15 @@ def gpu_type_of_device(device) -> str | None:
         return None
     name = torch.cuda.get_device_name(device)
     for path in sorted((config_dir() / "gpu").glob("*.yaml")):
-        with open(path) as f:
-            pats = (yaml.safe_load(f) or {}).get("device_names") or []
-        if matches_device(pats, name):
+        if matches_device(device_patterns(path), name):
             return path.stem
     return None
+
+
+def device_patterns(path: Path) -> list:
+    """The ``device_names`` patterns of a GPU type's config (``config/gpu/<type>.yaml``): which device names it is."""
+    with open(path) as f:
+        return list((yaml.safe_load(f) or {}).get("device_names") or [])
 
 
 def tuned_file(case: Case, gpu: str) -> Path:

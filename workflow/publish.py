@@ -27,7 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from kernels.cases import config_dir
+from kernels.tuning import device_patterns, matches_device
 
 from .schemas import InvalidResult, check_file
 from .stages.common import write_bytes_atomic
@@ -60,20 +61,20 @@ class Record:
         return raw / self.stage / gpu / self.case / f"{self.variant}.json"
 
 
-def device_patterns(gpu: str) -> list[str]:
+def gpu_patterns(gpu: str) -> list[str]:
     """The ``device_names`` of ``config/gpu/<gpu>.yaml`` (regex patterns of torch's device name)."""
-    p = REPO / "config" / "gpu" / f"{gpu}.yaml"
+    p = config_dir() / "gpu" / f"{gpu}.yaml"
     if not p.exists():
         known = ", ".join(sorted(q.stem for q in p.parent.glob("*.yaml")))
         raise PublishError(f"unknown GPU type {gpu!r} (config/gpu/{gpu}.yaml); known: {known}")
-    return list((yaml.safe_load(p.read_text()) or {}).get("device_names") or [])
+    return device_patterns(p)
 
 
 def collect(src: Path, gpu: str, shown: Path | None = None) -> list[Record]:
     """Every result record of ``gpu`` under the outputs tree ``src``, each checked (see the module doc); messages
     name the files under ``shown`` (what the user passed: a tarball's name rather than where it was unpacked)."""
     shown = shown or src
-    patterns = device_patterns(gpu)
+    patterns = gpu_patterns(gpu)
     recs, problems = [], []
     for stage in STAGES:
         for path in sorted((src / stage / gpu).glob("*/*.json")):
@@ -95,7 +96,7 @@ def collect(src: Path, gpu: str, shown: Path | None = None) -> list[Record]:
                             "tree (`+dirty`: tracked files differed), and on a lent machine pass "
                             "MKH_GIT_COMMIT=<the full hash of the tree sent>")
         name = (r.data.get("env") or {}).get("gpu_name") or ""
-        if patterns and not any(re.search(p, name) for p in patterns):
+        if patterns and not matches_device(patterns, name):
             problems.append(f"{where}: ran on {name!r}, not a {gpu} ({patterns} in config/gpu/{gpu}.yaml)")
         if r.data.get("status") == "oom":
             problems.append(f"{where}: out of GPU memory beside other jobs; run it again alone")
