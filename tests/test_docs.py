@@ -1,6 +1,7 @@
 """The docs let the next engineer reproduce every figure: every command they quote names a tool of this tree (or, for
-a tool since removed, a commit that has it) and only options that tool defines, every commit they cite is in this
-repository's history, and every "Results" N they cite is an entry of the measurement log."""
+a tool since removed, a commit that has it) and only options that tool defines, every file they quote is in the tree
+(or in a commit its paragraph names), every commit they cite is in this repository's history, and every "Results" N
+they cite is an entry of the measurement log."""
 import re
 import subprocess
 from pathlib import Path
@@ -98,6 +99,35 @@ def test_every_cited_commit_is_in_the_history(doc):
     assert missing == [], f"{doc.name} cites commits this repository does not have"
 
 
+PATH = re.compile(r"`((?:kernels|bench|workflow|config|tests|job-scripts|docs|\.ci)/[\w./<>*{},-]*)`")
+
+
+def placeholder(path: str) -> bool:
+    """A pattern, not a file: `config/tuned/h200/caseNN.yaml`, `outputs/<gpu>/...`, a site's own `mysite_h200.yaml`."""
+    return bool(re.search(r"[<>*{}]|[A-Z]{2}|mysite", path))
+
+
+def missing_paths(doc: Path) -> list:
+    """Paths of this tree quoted in ``doc`` that are neither in the tree (a file, a folder, or `file.symbol` of a
+    Python file) nor in a commit its paragraph names (a file since removed)."""
+    out = []
+    for para in paragraphs(doc.read_text()):
+        for quoted in sorted(set(PATH.findall(para))):
+            path = quoted.split(":")[0].rstrip("/")
+            if placeholder(path) or Path(REPO, path).exists() or Path(REPO, path.rsplit(".", 1)[0] + ".py").exists():
+                continue
+            if not any(git("cat-file", "-e", f"{h}:{path}").returncode == 0 for h in HASH.findall(para)):
+                out.append(path)
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_quoted_path_is_in_the_tree_or_its_commit(doc):
+    if not history_available():
+        pytest.skip("no full git history (a shallow clone)")
+    assert missing_paths(doc) == [], f"{doc.name} quotes files that are not in this tree (nor in a commit it names)"
+
+
 def cited_results(text: str) -> set:
     """Entry numbers of every `"Results" N`, `"Results" N–M`, `"Results" N, M and K` in ``text``."""
     refs = set()
@@ -135,3 +165,6 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         assert len(problems) == 2, problems
         assert "names no commit that has it" in problems[0] and "['--fast']" in problems[1]
     assert cited_results('"Results" 3–5 and 7, "Results" 9, 11 or 12') == {3, 4, 5, 7, 9, 11, 12}
+    doc.write_text("Gone: `tests/test_seqres_probes.py`. Here: `tests/test_bench.py`, "
+                   "`kernels/common/task_sync.wait_counters`, `config/tuned/h200/caseNN.yaml`.\n")
+    assert missing_paths(doc) == ["tests/test_seqres_probes.py"]
