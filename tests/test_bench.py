@@ -89,6 +89,19 @@ def test_dag_precision_offset_input_moves_rows_not_their_spread():
         _scheme("f16_ffn1+tilt")
 
 
+def test_dag_precision_spike_input_moves_one_element_a_row():
+    from bench.dag.precision import SCHEMES, _scheme, per_gemm, spike_input
+    case = load_case("smoke1")
+    x = make_input(case, 0.1, 3)
+    assert spike_input(x, 0.1, 3, 0.0) is x
+    y = spike_input(x, 0.1, 3, 30.0)
+    moved = (y != x).sum(-1)
+    assert int(moved.max()) == 1 and int((moved == 1).sum()) >= moved.numel() - 1   # one element a row
+    assert float((y - x).abs().sum(-1).mean()) > 0.5                                 # 30 x 0.1 x |N(0, 1)|
+    assert torch.equal(spike_input(x, 0.1, 3, 30.0), y)                             # seeded by the input seed
+    assert per_gemm(_scheme("i8_all")[0]) == SCHEMES["i8_all"] and per_gemm(("o",)) == {"o": "f16_w1"}
+
+
 def test_precision_probe_ranks_schemes_by_their_rounding():
     bf16x3 = _max_over_tol("bf16x3", scale=0.1)
     one_fp16 = _max_over_tol("f16_w1", scale=0.1)
@@ -103,6 +116,34 @@ def test_precision_probe_matmul_schemes_agree_without_rounding_error():
     w = torch.randint(-8, 8, (7, 3), dtype=torch.float64)
     for s in ("exact", "bf16x3", "f16_w1", "f16_a1", "bf16_w1", "f16f8"):
         assert torch.equal(precision_probe.matmul(a, w, s), a @ w), s
+
+
+def test_precision_probe_i8_limbs_represent_their_operands():
+    """The int8 limb schemes ("Results" 52): limbs in int8's range whose 128 · l0 + l1 times the scale is the operand
+    rounded to 15 bits of its row's (block's) largest element; the four-product form is the exact product of the
+    quantized operands, the three-product one leaves out only l1_a · l1_w, and the errors rank by what they keep."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 128, generator=g, dtype=torch.float64)
+    w = torch.randn(128, 8, generator=g, dtype=torch.float64) * 0.03
+    for dim, x in ((-1, a), (-2, w)):
+        for block in (None, 64):
+            l0, l1, s = precision_probe._i8_limbs(x, dim, block)
+            assert l0.abs().max() <= 127 and l1.min() >= -64 and l1.max() <= 63
+            assert torch.equal(l0, l0.round()) and torch.equal(l1, l1.round())
+            q = (128 * l0 + l1) * s
+            top = x.abs().amax(dim, keepdim=True) if block is None else \
+                x.movedim(dim, -1).unflatten(-1, (2, 64)).abs().amax(-1, keepdim=True).expand(
+                    *x.movedim(dim, -1).shape[:-1], 2, 64).flatten(-2).movedim(-1, dim)
+            assert ((q - x).abs() <= top / precision_probe.I8_Q / 2 * (1 + 1e-9)).all()
+    l0a, l1a, sa = precision_probe._i8_limbs(a, -1, None)
+    l0w, l1w, sw = precision_probe._i8_limbs(w, -2, None)
+    exact_q = ((128 * l0a + l1a) @ (128 * l0w + l1w)) * sa[:, :1] * sw[:1, :]
+    assert torch.allclose(precision_probe.matmul(a, w, "i8x2"), exact_q, rtol=0, atol=1e-15)
+    assert torch.allclose(precision_probe.matmul(a, w, "i8x2c"), exact_q - (l1a @ l1w) * sa[:, :1] * sw[:1, :],
+                          rtol=0, atol=1e-15)
+    err = {sc: float((precision_probe.matmul(a, w, sc) - a @ w).abs().max()) for sc in
+           ("bf16x3", "i8x2b", "i8x2", "i8x2c", "f16_w1")}
+    assert err["bf16x3"] < err["i8x2b"] <= 1.5 * err["i8x2"] and err["i8x2"] < err["i8x2c"] < err["f16_w1"], err
 
 
 def test_gemm_probe_configs_are_well_formed():

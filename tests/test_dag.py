@@ -641,6 +641,29 @@ def test_levers_rewrite_the_graph_consistently():
     assert all(after[k] == before[k] for k, t in ((t.seq, t) for t in a.tasks if t.kind == G.ATTN) if t.c < 4)
 
 
+def test_levers_i8_recost_only_their_gemms():
+    """The int8 limb levers ("Results" 52) change costs, not the graph: the re-costed GEMM tiles are what
+    ``G.gemm_cost`` gives their shape at 2-byte operands (plus the extra µs), every other task keeps its cost, and
+    ``i8_all`` re-costs the output projection and FFN2 as well."""
+    from bench.dag import levers
+    case = load_case("case04")
+    base = host.graph_for(case, n_programs=264, cost_model="h200")
+    for lever, kinds in (("i8_qkv_ffn1", (G.QKV, G.FFN1)), ("i8_all", (G.QKV, G.FFN1, G.OPROJ, G.FFN2))):
+        g = levers.build(case, lever, 0.25, 4)
+        assert [(t.kind, t.waits, t.signals) for t in g.tasks] == [(t.kind, t.waits, t.signals) for t in base.tasks]
+        units = levers.I8[lever][1]
+        for t, b in zip(g.tasks, base.tasks):
+            if t.kind in kinds:
+                src, dst = t.access[0], t.access[1]
+                want = 0.25 + G.gemm_cost(src.r1 - src.r0, dst.c1 - dst.c0, src.c1 - src.c0, units, a_bytes=2,
+                                          w_bytes=2, cost=base.tiling.cost)
+                assert t.cost == pytest.approx(want) and t.cost != pytest.approx(b.cost)
+            else:
+                assert t.cost == b.cost
+    qkv = next(t for t in base.tasks if t.kind == G.QKV)
+    assert qkv.access[0].c1 - qkv.access[0].c0 == case.D                       # K of a QKV tile, from what it reads
+
+
 def test_levers_ln_fold_in_place_closes_the_residual_hazard():
     """``ln_fold_ws``: no LN1 (layer 0 included) or LN2 task, the final LayerNorm kept; layer 0's QKV tiles wait for
     nothing, later QKV tiles for the FFN2 tiles of their rows, FFN1 tiles for the output projection's; every output
@@ -811,7 +834,7 @@ def test_ws_chain_probe_compiles_for_sm90_with_its_protocol():
 def test_mma_rate_probe_compiles_for_sm90():
     """``bench.dag.mma_rate`` (GPU only to run; docs/dag-results.md "Results" 42): each form is the wgmma it is named
     for, four instructions a K step (an fp16 product of depth 64, an fp8 one of 128, both in ``mix_m64``), one group
-    left in flight a product."""
+    left in flight a product; form ws's K steps and the int8 limb schemes' ("Results" 52) their products a step."""
     import json
     import os
     import subprocess
@@ -828,12 +851,17 @@ def test_mma_rate_probe_compiles_for_sm90():
     assert r["mix_m64"]["waits"] == ["2", "0"] and r["fp16_m64"]["waits"] == ["1", "0"], r
     # form ws's K steps: the scheme's products a step at N = 64 or 128, the step's groups left in flight
     out = subprocess.run([sys.executable, "-m", "bench.dag.mma_rate", "--compile", "--forms", "bf16x3_n64",
-                          "f16w1_n128"], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                          "f16w1_n128", "i8x2_n64", "i8x2c_n128", "i8x2cb_n64"], capture_output=True, text=True,
+                         env=env,
+                         timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["bf16x3_n64"] == {"wgmma": {"m64n64k16.f32.bf16.bf16": 12}, "waits": ["3", "0"]}, r
     assert r["f16w1_n128"] == {"wgmma": {"m64n128k16.f32.f16.f16": 8}, "waits": ["2", "0"]}, r
+    # the int8 limb schemes' K steps ("Results" 52): four (three) int8 products of depth 64, two k32 wgmma each
+    assert r["i8x2_n64"] == {"wgmma": {"m64n64k32.s32.s8.s8": 8}, "waits": ["4", "0"]}, r
+    assert r["i8x2c_n128"] == {"wgmma": {"m64n128k32.s32.s8.s8": 6}, "waits": ["3", "0"]}, r
+    assert r["i8x2cb_n64"]["wgmma"] == {"m64n64k32.s32.s8.s8": 6} and set(r["i8x2cb_n64"]["waits"]) == {"0"}, r
 
 
 def test_mma_accum_probe_compiles_for_sm90():

@@ -33,6 +33,13 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   block (one more counter per layer and row block; the accesses are rewritten with the tasks, so
   ``graph.check_hazards`` proves the waits close the hazard). No producer cost (``--extra-us`` is unused).
 
+* ``i8_qkv_ffn1``, ``i8c_qkv_ffn1``, ``i8_all``: the int8 limb schemes (``bench.seqres.precision_probe``'s
+  ``I8_SCHEMES``, the names of ``bench.dag.precision``'s rows; docs/dag-results.md "Results" 52) on QKV and FFN1, or
+  on all four GEMMs: each such tile re-costed with 2 bytes an element of A and of W (two int8 limbs, where bf16 hi/lo
+  take 4 and ``f16_w1``'s weight 2) and its products at int8's twice-bf16 rate: four products a K step, 2 units of
+  bf16 time (``i8c``: three, 1.5 units), plus ``--extra-us`` a tile (the epilogue's combination of the integer
+  accumulators and scales; on O / FFN2 also the per-block rescaling). Costs only: the graph is unchanged.
+
 Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
 the order given — the K splits when the graph is built, then the attention split, then the folds one after another
 (each on the graph the previous one left).
@@ -40,10 +47,12 @@ the order given — the K splits when the graph is built, then the attention spl
     python -m bench.dag.levers 2 3 4 12 --lever qkv_split2 --extra-us 0.3
     python -m bench.dag.levers 2 3 4 12 --lever ln_fold --extra-us 1.0 --consumer-us 0.5
     python -m bench.dag.levers 2 3 4 12 --lever ln_fold:1.0 qkv_split2:0.3 attn_kv_split:2 --consumer-us 0.5
+    python -m bench.dag.levers 2 3 4 12 --ws --tuned h200 --lever i8_qkv_ffn1 --extra-us 0.3
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from kernels import load_case
 from kernels.dag import graph as G
@@ -84,7 +93,22 @@ def _split_gemm(kind: int, extra_us: float):
     return stage
 
 
-LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold", "ln_fold_ws")
+LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold", "ln_fold_ws",
+          "i8_qkv_ffn1", "i8c_qkv_ffn1", "i8_all")
+# the int8 limb levers: (GEMM kinds re-costed, products a K step in units of one bf16 product's time)
+I8 = {"i8_qkv_ffn1": ((G.QKV, G.FFN1), 2.0), "i8c_qkv_ffn1": ((G.QKV, G.FFN1), 1.5),
+      "i8_all": ((G.QKV, G.FFN1, G.OPROJ, G.FFN2), 2.0)}
+
+
+def recost_i8(g, kinds, units: float, extra_us: float) -> None:
+    """Every GEMM task of ``kinds`` in ``g`` re-costed as ``G.gemm_cost`` prices a tile of its shape (rows, columns
+    and K from its accesses: what it reads, what it writes) at ``units`` products with 2-byte A and W elements, plus
+    ``extra_us``."""
+    for x in g.tasks:
+        if x.kind in kinds:
+            src, dst = x.access[0], x.access[1]
+            x.cost = extra_us + G.gemm_cost(src.r1 - src.r0, dst.c1 - dst.c0, src.c1 - src.c0, units,
+                                             a_bytes=2, w_bytes=2, cost=g.tiling.cost)
 
 
 def parse_levers(specs: list[str], default_extra_us: float) -> list[tuple[str, float]]:
@@ -133,6 +157,9 @@ def build(case, lever, extra_us: float = 0.3, kv_blocks: int = 4, consumer_us: f
             g = _fold_ln(g, extra, consumer_us)
         elif name == "ln_fold_ws":
             g = _fold_ln_inplace(g, consumer_us)
+    for name, extra in levers:
+        if name in I8:
+            recost_i8(g, *I8[name], extra)
     return g
 
 
@@ -269,10 +296,18 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--ws", action="store_true", help="form ws's costs and programs (WS) instead of tl's")
     ap.add_argument("--param", action="append", default=[], help="name=value for the graph (config/variant/dag.yaml)")
+    ap.add_argument("--tuned", metavar="GPU", help="each case's committed parameters on GPU (e.g. h200), then --param")
+    ap.add_argument("--cost-tflops", type=float, help="--ws: the cost model's TFLOP/s a program (bf16 products)")
+    ap.add_argument("--cost-gbs", type=float, help="--ws: the cost model's GB/s of operands a program")
     a = ap.parse_args(argv)
     from kernels.dag.host import parse_value
     CFG.update(WS if a.ws else {})
-    CFG["params"] = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
+    if a.cost_tflops or a.cost_gbs:
+        if not a.ws:
+            raise SystemExit("bench.dag.levers: --cost-tflops / --cost-gbs change form ws's model: add --ws")
+        CFG["cost"] = dataclasses.replace(WS["cost"], **{k: v for k, v in (("tflops", a.cost_tflops),
+                                                                            ("gbs", a.cost_gbs)) if v})
+    given = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
     levers = parse_levers(a.lever, a.extra_us)
     named = " + ".join(f"{n} (extra {e} µs)" for n, e in levers)
     print(f"{'case':8} {'tasks':>6} {'crit':>7} {'q+jit':>7}   {'lever':>6} {'crit':>7} {'q+jit':>7} {'change':>7}"
@@ -280,6 +315,10 @@ def main(argv=None):
                                else ")"))
     for c in a.cases:
         case = load_case(c)
+        CFG["params"] = dict(given)
+        if a.tuned:
+            from bench.dag.ws_ab import require_committed
+            CFG["params"] = dict(require_committed(case, a.tuned, "levers"), **given)
         base = _graph(case)
         new = build(case, levers, kv_blocks=a.kv_blocks, consumer_us=a.consumer_us)
         rb, rn = (report(g, CFG["programs"], a.seeds, 0.1, pop_us=CFG["pop_us"], signal_us=CFG["signal_us"])

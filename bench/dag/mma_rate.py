@@ -8,6 +8,8 @@ are left uninitialized: the values do not change an MMA's time.
     python -m bench.dag.mma_rate --out DIR            # GPU: one JSON, a line per form
     python -m bench.dag.mma_rate --compile            # CPU: each form's sm_90a wgmma (tests/test_dag.py)
     python -m bench.dag.mma_rate --out DIR --forms bf16x3_n64 bf16x3_n128 f16w1_n64 f16w1_n128
+    python -m bench.dag.mma_rate --out DIR --forms bf16x3_n64 i8x2_n64 i8x2c_n64 i8x2b_n64 i8x2cb_n64 \
+        bf16x3_n128 f16w1_n128 i8x2_n128 i8x2c_n128 i8x2cb_n128
 
 The last: form ws's GEMM K steps on 64-row tiles alone (``STEPS``: the scheme's products of depth 64 on [64, 64] A
 tiles and [64, N] W tiles, as its consumer issues them, one step's groups left in flight), the products' time of a
@@ -140,6 +142,63 @@ def _rate_step(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr,
     _finish(out_ptr, t0, c0, gl.sum(gl.sum(acc, axis=1), axis=0), lay, 32 * num_warps)
 
 
+@gluon.jit
+def _rate_step_i8(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr, num_warps: gl.constexpr,
+                  DRAIN: gl.constexpr = False):
+    """The int8 limb schemes' K step on 64-row tiles (``precision_probe.I8_SCHEMES``; docs/dag-results.md "Results"
+    52): A as limbs a0, a1 [64, 64] and W as w0, w1 [BN, 64] (K-major, as 8-bit wgmma takes its B operand), int8;
+    a0·w0 into one int32 accumulator, a0·w1 and a1·w0 into a second (the same weight, 2^7), and with NP = 4 a1·w1
+    into a third (NP = 3: ``i8x2c``, left out); each product of depth 64, then a wait leaving this step's NP groups
+    in flight. 16 KB of operands a step at BN = 64 where bf16x3's take 32. ``DRAIN``: the block-scaled form
+    (``i8x2b``, A's scale per row and 64-deep K block): every step waits for its products, adds its integer
+    accumulators times 2^14 / 2^7 / 1 and the rows' scales into an fp32 accumulator, and the next step starts them
+    from zero (what a K loop pays for A from a producer that holds only 64 of a row's columns)."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BN, 32])
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    la: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.int8)
+    lb: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, 64], gl.int8)
+    a0 = gl.allocate_shared_memory(gl.int8, [64, 64], la)
+    a1 = gl.allocate_shared_memory(gl.int8, [64, 64], la)
+    w0 = gl.allocate_shared_memory(gl.int8, [BN, 64], lb).permute((1, 0))
+    w1 = gl.allocate_shared_memory(gl.int8, [BN, 64], lb).permute((1, 0))
+    hh = gl.zeros([64, BN], gl.int32, layout=mma)
+    mix = gl.zeros([64, BN], gl.int32, layout=mma)
+    ll = gl.zeros([64, BN], gl.int32, layout=mma)
+    t0 = _stamp(_NOW, lay, 32 * num_warps)
+    c0 = _stamp(_CLK, lay, 32 * num_warps)
+    acc = gl.zeros([64, BN], gl.float32, layout=mma)
+    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+    scale = gl.expand_dims(1.0 + rows.to(gl.float32) * 1e-3, 1)       # a row's scale (any value: the time is the same)
+    for i in range(ITERS):
+        hh = warpgroup_mma(a0, w0, hh, use_acc=not DRAIN, is_async=True)
+        mix = warpgroup_mma(a0, w1, mix, use_acc=not DRAIN, is_async=True)
+        mix = warpgroup_mma(a1, w0, mix, is_async=True)
+        if NP == 4:
+            ll = warpgroup_mma(a1, w1, ll, use_acc=not DRAIN, is_async=True)
+        if DRAIN:
+            hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+            part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+            if NP == 4:
+                part = part + ll.to(gl.float32)
+            acc = acc + part * scale
+        else:
+            hh, mix, ll = warpgroup_mma_wait(NP, deps=(hh, mix, ll))
+    hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+    s = gl.sum(gl.sum(hh + mix + ll, axis=1), axis=0).to(gl.float32) + gl.sum(gl.sum(acc, axis=1), axis=0)
+    _finish(out_ptr, t0, c0, s, lay, 32 * num_warps)
+
+
+I8_STEPS = {   # name: (products a step, N, drained every step): the int8 limb schemes' K steps on 64-row tiles
+    "i8x2_n64": (4, 64, False),     # ("Results" 52)
+    "i8x2c_n64": (3, 64, False),
+    "i8x2_n128": (4, 128, False),
+    "i8x2c_n128": (3, 128, False),
+    "i8x2b_n64": (4, 64, True),
+    "i8x2cb_n64": (3, 64, True),
+    "i8x2cb_n128": (3, 128, True),
+}
+
 STEPS = {   # name: (products a step, N): form ws's K steps on 64-row tiles (docs/dag-results.md "Results" 46)
     "bf16x3_n64": (3, 64),
     "bf16x3_n128": (3, 128),
@@ -174,10 +233,11 @@ def measure(name: str, iters: int, inflight: int) -> dict:
     on every SM: its µs a K step and its products' rate."""
     import torch
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    if name in STEPS:
-        np_, n = STEPS[name]
+    if name in STEPS or name in I8_STEPS:
+        np_, n, *drain = {**STEPS, **I8_STEPS}[name]
         rows, k, inflight = 64, 64 * np_, np_
-        launch = lambda out: _rate_step[(n_sm, )](out, ITERS=iters, BN=n, NP=np_, num_warps=4)   # noqa: E731
+        fn, extra = (_rate_step, {}) if name in STEPS else (_rate_step_i8, dict(DRAIN=drain[0]))
+        launch = lambda out: fn[(n_sm, )](out, ITERS=iters, BN=n, NP=np_, num_warps=4, **extra)   # noqa: E731
     else:
         fp8, rows, warps = FORMS[name]
         n, k = 128, {"mix": 64 + 128, "fp16x2": 128, True: 128, False: 64}[fp8]
@@ -214,9 +274,11 @@ def compile_form(name: str, iters: int = 4, inflight: int = 1) -> dict:
     import re
 
     from bench.common.sm90_report import compile_gluon
-    if name in STEPS:
-        np_, bn = STEPS[name]
+    if name in STEPS or name in I8_STEPS:
+        np_, bn, *drain = {**STEPS, **I8_STEPS}[name]
         fn, warps, cst = _rate_step, 4, dict(ITERS=iters, BN=bn, NP=np_, num_warps=4)
+        if name in I8_STEPS:
+            fn, cst["DRAIN"] = _rate_step_i8, drain[0]
     else:
         fp8, rows, warps = FORMS[name]
         mix = fp8 in ("mix", "fp16x2")
@@ -233,8 +295,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="folder for mma_rate.json (GPU)")
     ap.add_argument("--compile", action="store_true", help="compile each form for sm_90a (no GPU), print JSON")
-    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS) + list(STEPS),
-                    help=f"default: the single-product forms; the K steps of form ws: {' '.join(STEPS)}")
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS) + list(STEPS) + list(I8_STEPS),
+                    help=f"default: the single-product forms; the K steps of form ws: {' '.join(STEPS)}; of the "
+                         f"int8 limb schemes: {' '.join(I8_STEPS)}")
     ap.add_argument("--iters", type=int, default=4096)
     ap.add_argument("--inflight", type=int, default=1, help="wgmma groups left in flight after each issue")
     a = ap.parse_args(argv)

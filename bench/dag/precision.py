@@ -12,7 +12,9 @@ on bf16x3); a suffix ``+fold`` or ``+shift`` folds LN1 / LN2 into QKV / FFN1 (``
 algebraically, or around a per-row shift, the mean-robust form the LayerNorm fold of docs/dag.md needs).
 ``--row-offset F`` adds F · scale · N(0, 1) to each row of the input (one draw per row, seeded by the input seed):
 inputs whose rows' means are far from 0 against their spread, beside the SPEC's, where a fold that is not
-mean-robust loses precision. Two products instead of three are emulated in their algebraically equal cheaper form
+mean-robust loses precision. ``--spike F`` moves one element of each row by F · scale · N(0, 1): rows whose
+largest element stands far above the rest, where a scale per row (the int8 limb schemes) keeps fewer bits of the
+others. Two products instead of three are emulated in their algebraically equal cheaper form
 (a_hi·w + a_lo·w = (a_hi + a_lo)·w, the sum exact in float64), which differs from the probe's only by float64
 rounding.
 
@@ -33,7 +35,8 @@ from bench.seqres import precision_probe as probe
 from kernels import load_case, make_input, make_weights, reference_forward
 from kernels.gate import gate
 
-# name -> the GEMMs on f16_w1 (A in fp16 hi/lo, the weight rounded to fp16 once: two products); the rest bf16x3
+# name -> the GEMMs on f16_w1 (A in fp16 hi/lo, the weight rounded to fp16 once: two products), or {GEMM: scheme};
+# the rest bf16x3
 SCHEMES = {
     "bf16x3": (),
     "f16_ffn2": ("ffn2",),
@@ -45,7 +48,15 @@ SCHEMES = {
     "f16_o_ffn1": ("o", "ffn1"),
     "f16_o_ffn12": ("o", "ffn1", "ffn2"),
     "f16_all": ("qkv", "o", "ffn1", "ffn2"),
+    # int8 limbs (precision_probe.I8_SCHEMES): QKV and FFN1 with a scale per row over the whole K (their A comes from
+    # LayerNorm tasks, which hold whole rows), the output projection and FFN2 per 64-deep K block
+    "i8_qkv_ffn1": {"qkv": "i8x2", "ffn1": "i8x2"},
+    "i8_all_f16_ffn1": {"qkv": "i8x2", "o": "i8x2b", "ffn1": "f16_w1", "ffn2": "i8x2b"},
+    "i8_all": {"qkv": "i8x2", "o": "i8x2b", "ffn1": "i8x2", "ffn2": "i8x2b"},
+    "i8c_qkv_ffn1": {"qkv": "i8x2c", "ffn1": "i8x2c"},
 }
+# MMA work of a GEMM's scheme relative to bf16x3's three bf16 products (int8 runs at twice the bf16 rate)
+WORK = {"bf16x3": 1.0, "f16_w1": 2 / 3, "i8x2": 2 / 3, "i8x2b": 2 / 3, "i8x2c": 0.5}
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 
 
@@ -64,19 +75,37 @@ def _fast_matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tenso
 _probe_matmul = probe.matmul
 
 
-def flop_fraction(f16: tuple) -> float:
-    """MMA work of the linear GEMMs relative to bf16x3 on all four (a two-product GEMM does 2/3 of the work), the
-    same for every case: per token QKV does 3D², O D², FFN1 4D², FFN2 4D² of the 12D² multiply-adds."""
-    share = dict(qkv=3, o=1, ffn1=4, ffn2=4)
-    return sum(share[g] * (2 / 3 if g in f16 else 1.0) for g in share) / 12
+def per_gemm(spec) -> dict:
+    """A SCHEMES value -> {GEMM: scheme} for the GEMMs not on bf16x3 (a tuple names the GEMMs on f16_w1)."""
+    return dict(spec) if isinstance(spec, dict) else {g: "f16_w1" for g in spec}
+
+
+def flop_fraction(spec) -> float:
+    """MMA work of the linear GEMMs relative to bf16x3 on all four (``WORK`` a GEMM), the same for every case: per
+    token QKV does 3D², O D², FFN1 4D², FFN2 4D² of the 12D² multiply-adds."""
+    share, per = dict(qkv=3, o=1, ffn1=4, ffn2=4), per_gemm(spec)
+    return sum(share[g] * WORK[per.get(g, "bf16x3")] for g in share) / 12
 
 
 def _scheme(name: str) -> tuple[tuple, object]:
-    """``name`` -> (the GEMMs on f16_w1, the LayerNorm fold: False, True (algebraic) or "shift")."""
+    """``name`` -> (its SCHEMES value, the LayerNorm fold: False, True (algebraic) or "shift")."""
     base, _, fold = name.partition("+")
     if base not in SCHEMES or fold not in ("", "fold", "shift"):
         raise SystemExit(f"unknown scheme {name!r}; valid: {list(SCHEMES)}, each optionally +fold or +shift")
     return SCHEMES[base], {"": False, "fold": True, "shift": "shift"}[fold]
+
+
+def spike_input(x: torch.Tensor, scale: float, seed: int, spike: float) -> torch.Tensor:
+    """x with one element of each row (a column drawn per row) moved by ``spike`` · scale · N(0, 1): rows whose
+    largest element stands far above their spread, where a scheme with a scale per row (the int8 limbs) keeps fewer
+    bits of the rest (none at spike 0)."""
+    if not spike:
+        return x
+    g = torch.Generator().manual_seed(2_000_003 + seed)
+    cols = torch.randint(0, x.shape[-1], x.shape[:-1], generator=g)
+    out = x.clone()
+    out.scatter_add_(-1, cols.unsqueeze(-1), spike * scale * torch.randn(*x.shape[:-1], 1, generator=g, dtype=x.dtype))
+    return out
 
 
 def offset_input(x: torch.Tensor, scale: float, seed: int, offset: float) -> torch.Tensor:
@@ -87,7 +116,7 @@ def offset_input(x: torch.Tensor, scale: float, seed: int, offset: float) -> tor
     return x + offset * scale * torch.randn(x.shape[0], x.shape[1], 1, generator=g, dtype=x.dtype)
 
 
-def run(cases, schemes, scales, seeds, weight_seeds, log: str, offset: float = 0.0):
+def run(cases, schemes, scales, seeds, weight_seeds, log: str, offset: float = 0.0, spike: float = 0.0):
     probe.matmul = _fast_matmul      # probe.forward / ln_linear look it up at call time
     try:
         for c in cases:
@@ -97,12 +126,13 @@ def run(cases, schemes, scales, seeds, weight_seeds, log: str, offset: float = 0
                 w = make_weights(case, seed=wseed)
                 for scale in scales:
                     for seed in seeds:
-                        x = offset_input(make_input(case, scale, seed), scale, seed, offset)
+                        x = spike_input(offset_input(make_input(case, scale, seed), scale, seed, offset), scale,
+                                        seed, spike)
                         ref = reference_forward(case, w, x)
                         for name in schemes:
                             t = time.perf_counter()
-                            f16, fold = _scheme(name)
-                            per = {g: "f16_w1" for g in f16}
+                            spec, fold = _scheme(name)
+                            per = per_gemm(spec)
                             y = probe.forward(x, w.flat(), case.H, case.causal, "bf16x3", "bf16x3", fold, per)
                             r = gate(y, ref)
                             rec = dict(case=case.number, scheme=name, weight_seed=wseed, scale=scale, seed=seed,
@@ -110,6 +140,8 @@ def run(cases, schemes, scales, seeds, weight_seeds, log: str, offset: float = 0
                                        s=round(time.perf_counter() - t, 1))
                             if offset:
                                 rec["row_offset"] = offset
+                            if spike:
+                                rec["spike"] = spike
                             print(json.dumps(rec), flush=True)
                             with open(log, "a") as f:
                                 f.write(json.dumps(rec) + "\n")
@@ -130,7 +162,7 @@ def summary(log: str):
     order = list(SCHEMES)
     labels = sorted({_label(r) for r in recs}, key=lambda lb: (order.index(lb.split(" @")[0].split("+")[0]), lb))
     for name in labels:
-        f16 = _scheme(name.split(" @")[0])[0]
+        spec = _scheme(name.split(" @")[0])[0]
         cells = []
         for c in cases:
             rs = by.get((c, name))
@@ -143,7 +175,8 @@ def summary(log: str):
                          if w["max_over_tol"] > 0.9 else
                          f"{w['max_over_tol']:.3f} ({n_in}; w{w['weight_seed']} s{w['seed']} x{w['scale']:g})")
         if any(c != "—" for c in cells):
-            print(f"| {name} ({', '.join(f16) or 'none'}) | {flop_fraction(f16):.3f} | " + " | ".join(cells) + " |")
+            gemms = ", ".join(f"{g} {sc}" if sc != "f16_w1" else g for g, sc in per_gemm(spec).items())
+            print(f"| {name} ({gemms or 'none'}) | {flop_fraction(spec):.3f} | " + " | ".join(cells) + " |")
     print()
     for c in cases:
         seen = defaultdict(set)
@@ -156,7 +189,8 @@ def summary(log: str):
 
 def _label(r: dict) -> str:
     """A logged result's row of the summary: its scheme, with the row offset of its inputs when it had one."""
-    return r["scheme"] + (f" @offset {r['row_offset']:g}" if r.get("row_offset") else "")
+    return r["scheme"] + (f" @offset {r['row_offset']:g}" if r.get("row_offset") else "") + \
+        (f" @spike {r['spike']:g}" if r.get("spike") else "")
 
 
 def _ranges(xs: list[int]) -> str:
@@ -177,6 +211,8 @@ def main(argv=None):
                     help=f"of {list(SCHEMES)}, each optionally +fold or +shift (LN1 / LN2 folded into QKV / FFN1)")
     ap.add_argument("--row-offset", type=float, default=0.0,
                     help="add OFFSET * scale * N(0, 1) to each input row (0: the SPEC's inputs)")
+    ap.add_argument("--spike", type=float, default=0.0,
+                    help="move one element of each input row by SPIKE * scale * N(0, 1) (0: the SPEC's inputs)")
     ap.add_argument("--scale", type=float, default=0.1, help="input scale (the gate's worst for these cases)")
     ap.add_argument("--scan-scales", action="store_true", help="every gate scale instead of --scale")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="input seeds")
@@ -189,7 +225,8 @@ def main(argv=None):
         return summary(a.summary)
     for s in a.schemes:
         _scheme(s)
-    run(a.cases, a.schemes, SCALES if a.scan_scales else (a.scale,), a.seeds, a.weight_seeds, a.log, a.row_offset)
+    run(a.cases, a.schemes, SCALES if a.scan_scales else (a.scale,), a.seeds, a.weight_seeds, a.log, a.row_offset,
+        a.spike)
 
 
 if __name__ == "__main__":

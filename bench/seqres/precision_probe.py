@@ -79,7 +79,57 @@ def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
         f8 = torch.float8_e4m3fn
         corr = _round(al * sa, f8) @ _round(wh * sw, f8) + _round(ah, f8) @ _round(wl * (sa * sw), f8)
         return ah @ wh + corr / (sa * sw)
-    raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1, f16f8")
+    if scheme in I8_SCHEMES:
+        return i8_matmul(a, w_t, scheme)
+    raise ValueError(f"unknown scheme {scheme!r}; valid: exact, bf16x3, f16_w1, f16_a1, bf16_w1, f16f8, "
+                     f"{', '.join(I8_SCHEMES)}")
+
+
+# int8 limb schemes (lab, docs/dag-results.md "Results" 52): each operand quantized to a 15-bit integer q = 128·l0 + l1
+# (limbs l0 in [-127, 127], l1 in [-64, 63]: two int8 tensors, 2 bytes an element where bf16 hi/lo take 4) times a
+# scale per row of a and per column of w, over the whole K ("i8x2", "i8x2c": the scale a LayerNorm task, which holds
+# whole rows, or prepare can give) or over each 64-deep K block ("i8x2b": what a tile of another producer can give; a
+# K loop then rescales its integer accumulators every block). int8 products are exact in int32 and twice the bf16
+# rate: the four limb products (2 units of bf16 time) give q_a·q_w exactly; "i8x2c" leaves out l1_a·l1_w (three
+# products, 1.5 units). The error is the quantization's, relative to each row's (block's) largest element.
+I8_SCHEMES = ("i8x2", "i8x2c", "i8x2b")
+I8_Q = 127 * 128 + 63
+
+
+def _i8_limbs(x: torch.Tensor, dim: int, block: int | None):
+    """x (float64) -> (l0, l1, scale): x ≈ scale · (128 · l0 + l1), the scale per slice along ``dim`` (or per
+    ``block``-long piece of it) mapping its largest |x| to I8_Q."""
+    xt = x.movedim(dim, -1)
+    n = xt.shape[-1]
+    if block and n % block:
+        raise ValueError(f"i8 block {block} does not divide K = {n}")
+    pieces = xt.unflatten(-1, (n // block, block)) if block else xt.unsqueeze(-2)
+    m = pieces.abs().amax(-1, keepdim=True)
+    scale = (torch.where(m > 0, m, torch.ones_like(m)) / I8_Q).expand_as(pieces).flatten(-2).movedim(-1, dim)
+    q = torch.round(x / scale).clamp(-I8_Q, I8_Q)
+    l0 = torch.floor(q / 128 + 0.5)
+    l1 = q - 128 * l0
+    assert l0.abs().max() <= 127 and l1.min() >= -64 and l1.max() <= 63
+    return l0, l1, scale
+
+
+def i8_matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
+    """a [..., K] @ w_t [..., K, N] as the int8 limb scheme ``scheme`` computes it (float64; the limb products are
+    integers, summed exactly; the block form's per-block scales applied to each block's integer sum)."""
+    block = 64 if scheme == "i8x2b" else None
+    a0, a1, sa = _i8_limbs(a, -1, block)
+    w0, w1, sw = _i8_limbs(w_t, -2, block)
+    if block is None:
+        prod = (128 * a0 + a1) @ (128 * w0 + w1)
+        if scheme == "i8x2c":
+            prod = prod - a1 @ w1
+        return prod * sa[..., :1] * sw[..., :1, :]
+    qa, qw = 128 * a0 + a1, 128 * w0 + w1
+    out = 0
+    for k in range(0, a.shape[-1], block):
+        sl = slice(k, k + block)
+        out = out + (qa[..., sl] @ qw[..., sl, :]) * sa[..., k:k + 1] * sw[..., k:k + 1, :]
+    return out
 
 
 def ln_linear(y, ln_w, ln_b, w, b, scheme: str, fold) -> torch.Tensor:
