@@ -648,15 +648,17 @@ def test_levers_i8_recost_only_their_gemms():
     from bench.dag import levers
     case = load_case("case04")
     base = host.graph_for(case, n_programs=264, cost_model="h200")
-    for lever, kinds in (("i8_qkv_ffn1", (G.QKV, G.FFN1)), ("i8_all", (G.QKV, G.FFN1, G.OPROJ, G.FFN2))):
+    for lever, kinds in (("i8_qkv_ffn1", (G.QKV, G.FFN1)), ("i8_all", (G.QKV, G.FFN1, G.OPROJ, G.FFN2)),
+                         ("i8b_all", (G.QKV, G.FFN1, G.OPROJ, G.FFN2))):
         g = levers.build(case, lever, 0.25, 4)
         assert [(t.kind, t.waits, t.signals) for t in g.tasks] == [(t.kind, t.waits, t.signals) for t in base.tasks]
-        units = levers.I8[lever][1]
+        units, block = levers.I8[lever][1:]
         for t, b in zip(g.tasks, base.tasks):
             if t.kind in kinds:
                 src, dst = t.access[0], t.access[1]
-                want = 0.25 + G.gemm_cost(src.r1 - src.r0, dst.c1 - dst.c0, src.c1 - src.c0, units, a_bytes=2,
-                                          w_bytes=2, cost=base.tiling.cost)
+                k = src.c1 - src.c0
+                want = 0.25 * (1 if block is None else k // 64) + G.gemm_cost(
+                    src.r1 - src.r0, dst.c1 - dst.c0, k, units, a_bytes=2, w_bytes=2, cost=base.tiling.cost)
                 assert t.cost == pytest.approx(want) and t.cost != pytest.approx(b.cost)
             else:
                 assert t.cost == b.cost
@@ -851,7 +853,8 @@ def test_mma_rate_probe_compiles_for_sm90():
     assert r["mix_m64"]["waits"] == ["2", "0"] and r["fp16_m64"]["waits"] == ["1", "0"], r
     # form ws's K steps: the scheme's products a step at N = 64 or 128, the step's groups left in flight
     out = subprocess.run([sys.executable, "-m", "bench.dag.mma_rate", "--compile", "--forms", "bf16x3_n64",
-                          "f16w1_n128", "i8x2_n64", "i8x2c_n128", "i8x2cb_n64"], capture_output=True, text=True,
+                          "f16w1_n128", "i8x2_n64", "i8x2c_n128", "i8x2cb_n64", "i8x2cb4_n64"], capture_output=True,
+                         text=True,
                          env=env,
                          timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -861,7 +864,9 @@ def test_mma_rate_probe_compiles_for_sm90():
     # the int8 limb schemes' K steps ("Results" 52): four (three) int8 products of depth 64, two k32 wgmma each
     assert r["i8x2_n64"] == {"wgmma": {"m64n64k32.s32.s8.s8": 8}, "waits": ["4", "0"]}, r
     assert r["i8x2c_n128"] == {"wgmma": {"m64n128k32.s32.s8.s8": 6}, "waits": ["3", "0"]}, r
+    # drained (block scales): every step waits for all its products before the fold, or every fourth step
     assert r["i8x2cb_n64"]["wgmma"] == {"m64n64k32.s32.s8.s8": 6} and set(r["i8x2cb_n64"]["waits"]) == {"0"}, r
+    assert r["i8x2cb4_n64"] == {"wgmma": {"m64n64k32.s32.s8.s8": 24}, "waits": ["3", "3", "3", "0", "0"]}, r
 
 
 def test_mma_accum_probe_compiles_for_sm90():

@@ -9,7 +9,7 @@ are left uninitialized: the values do not change an MMA's time.
     python -m bench.dag.mma_rate --compile            # CPU: each form's sm_90a wgmma (tests/test_dag.py)
     python -m bench.dag.mma_rate --out DIR --forms bf16x3_n64 bf16x3_n128 f16w1_n64 f16w1_n128
     python -m bench.dag.mma_rate --out DIR --forms bf16x3_n64 i8x2_n64 i8x2c_n64 i8x2b_n64 i8x2cb_n64 \
-        bf16x3_n128 f16w1_n128 i8x2_n128 i8x2c_n128 i8x2cb_n128
+        i8x2b4_n64 i8x2cb4_n64 bf16x3_n128 f16w1_n128 i8x2_n128 i8x2c_n128 i8x2cb_n128
 
 The last: form ws's GEMM K steps on 64-row tiles alone (``STEPS``: the scheme's products of depth 64 on [64, 64] A
 tiles and [64, N] W tiles, as its consumer issues them, one step's groups left in flight), the products' time of a
@@ -144,15 +144,18 @@ def _rate_step(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr,
 
 @gluon.jit
 def _rate_step_i8(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr, num_warps: gl.constexpr,
-                  DRAIN: gl.constexpr = False):
+                  DRAIN: gl.constexpr = 0):
     """The int8 limb schemes' K step on 64-row tiles (``precision_probe.I8_SCHEMES``; docs/dag-results.md "Results"
     52): A as limbs a0, a1 [64, 64] and W as w0, w1 [BN, 64] (K-major, as 8-bit wgmma takes its B operand), int8;
     a0·w0 into one int32 accumulator, a0·w1 and a1·w0 into a second (the same weight, 2^7), and with NP = 4 a1·w1
     into a third (NP = 3: ``i8x2c``, left out); each product of depth 64, then a wait leaving this step's NP groups
-    in flight. 16 KB of operands a step at BN = 64 where bf16x3's take 32. ``DRAIN``: the block-scaled form
-    (``i8x2b``, A's scale per row and 64-deep K block): every step waits for its products, adds its integer
-    accumulators times 2^14 / 2^7 / 1 and the rows' scales into an fp32 accumulator, and the next step starts them
-    from zero (what a K loop pays for A from a producer that holds only 64 of a row's columns)."""
+    in flight. 16 KB of operands a step at BN = 64 where bf16x3's take 32. ``DRAIN`` n: the block-scaled forms
+    (``i8x2b``: A's scale per row and 64-deep K block, n = 1; ``i8x2b256``: 256-deep, n = 4): every n-th step waits
+    for its products, adds the integer accumulators times 2^14 / 2^7 / 1 and the rows' scales into an fp32
+    accumulator, and the next step starts them from zero (what a K loop pays for A from a producer that holds only
+    part of a row's columns; ITERS a multiple of n). A form with two sets
+    of integer accumulators, one step's products in flight while the other's are folded, compiles with every wgmma
+    serialized (ptxas C7514: the fold reads accumulator registers inside the pipeline stage) and spills at NP = 4."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, BN, 32])
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -170,33 +173,38 @@ def _rate_step_i8(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constex
     acc = gl.zeros([64, BN], gl.float32, layout=mma)
     rows = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
     scale = gl.expand_dims(1.0 + rows.to(gl.float32) * 1e-3, 1)       # a row's scale (any value: the time is the same)
-    for i in range(ITERS):
-        hh = warpgroup_mma(a0, w0, hh, use_acc=not DRAIN, is_async=True)
-        mix = warpgroup_mma(a0, w1, mix, use_acc=not DRAIN, is_async=True)
-        mix = warpgroup_mma(a1, w0, mix, is_async=True)
-        if NP == 4:
-            ll = warpgroup_mma(a1, w1, ll, use_acc=not DRAIN, is_async=True)
-        if DRAIN:
-            hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
-            part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+    EVERY: gl.constexpr = DRAIN if DRAIN else 1
+    for i in range(ITERS // EVERY):
+        for j in gl.static_range(EVERY):
+            # the first step after a fold starts the integer accumulators from zero
+            hh = warpgroup_mma(a0, w0, hh, use_acc=(DRAIN == 0) or (j > 0), is_async=True)
+            mix = warpgroup_mma(a0, w1, mix, use_acc=(DRAIN == 0) or (j > 0), is_async=True)
+            mix = warpgroup_mma(a1, w0, mix, is_async=True)
             if NP == 4:
-                part = part + ll.to(gl.float32)
-            acc = acc + part * scale
-        else:
-            hh, mix, ll = warpgroup_mma_wait(NP, deps=(hh, mix, ll))
+                ll = warpgroup_mma(a1, w1, ll, use_acc=(DRAIN == 0) or (j > 0), is_async=True)
+            if DRAIN > 0 and j == EVERY - 1:
+                hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+                part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+                if NP == 4:
+                    part = part + ll.to(gl.float32)
+                acc = acc + part * scale
+            else:
+                hh, mix, ll = warpgroup_mma_wait(NP, deps=(hh, mix, ll))
     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
     s = gl.sum(gl.sum(hh + mix + ll, axis=1), axis=0).to(gl.float32) + gl.sum(gl.sum(acc, axis=1), axis=0)
     _finish(out_ptr, t0, c0, s, lay, 32 * num_warps)
 
 
-I8_STEPS = {   # name: (products a step, N, drained every step): the int8 limb schemes' K steps on 64-row tiles
-    "i8x2_n64": (4, 64, False),     # ("Results" 52)
-    "i8x2c_n64": (3, 64, False),
-    "i8x2_n128": (4, 128, False),
-    "i8x2c_n128": (3, 128, False),
-    "i8x2b_n64": (4, 64, True),
-    "i8x2cb_n64": (3, 64, True),
-    "i8x2cb_n128": (3, 128, True),
+I8_STEPS = {   # name: (products a step, N, drained every n-th step: _rate_step_i8's DRAIN): the int8 limb schemes'
+    "i8x2_n64": (4, 64, 0),     # K steps on 64-row tiles ("Results" 52)
+    "i8x2c_n64": (3, 64, 0),
+    "i8x2_n128": (4, 128, 0),
+    "i8x2c_n128": (3, 128, 0),
+    "i8x2b_n64": (4, 64, 1),
+    "i8x2cb_n64": (3, 64, 1),
+    "i8x2cb_n128": (3, 128, 1),
+    "i8x2b4_n64": (4, 64, 4),
+    "i8x2cb4_n64": (3, 64, 4),
 }
 
 STEPS = {   # name: (products a step, N): form ws's K steps on 64-row tiles (docs/dag-results.md "Results" 46)
