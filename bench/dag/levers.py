@@ -33,13 +33,14 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   block (one more counter per layer and row block; the accesses are rewritten with the tasks, so
   ``graph.check_hazards`` proves the waits close the hazard). No producer cost (``--extra-us`` is unused).
 
-* ``i8_qkv_ffn1``, ``i8c_qkv_ffn1``, ``i8_all``, ``i8b_all``, ``i8b256_all``: the int8 limb schemes (``bench.seqres.precision_probe``'s
-  ``I8_SCHEMES``, the names of ``bench.dag.precision``'s rows; docs/dag-results.md "Results" 52) on QKV and FFN1, or
-  on all four GEMMs: each such tile re-costed with 2 bytes an element of A and of W (two int8 limbs, where bf16 hi/lo
-  take 4 and ``f16_w1``'s weight 2) and its products at int8's twice-bf16 rate: four products a K step, 2 units of
-  bf16 time (``i8c``: three, 1.5 units), plus ``--extra-us`` a tile (the epilogue's combination of the integer
-  accumulators and scales); ``i8b``: scales per 64-deep (``i8b256``: 256-deep) K block on all four GEMMs,
-  ``--extra-us`` a block (its fold into fp32). Costs only: the graph is unchanged.
+* ``i8_qkv_ffn1``, ``i8c_qkv_ffn1``, ``i8_all``, ``i8b_all``, ``i8b256_all``: the int8 limb schemes
+  (``bench.seqres.precision_probe``'s ``I8_SCHEMES``, the names of ``bench.dag.precision``'s rows;
+  docs/dag-results.md "Results" 52) on QKV and FFN1, or on all four GEMMs: each such tile re-costed with 2 bytes an
+  element of A and of W (two int8 limbs, where bf16 hi/lo take 4 and ``f16_w1``'s weight 2) and its products at
+  int8's twice-bf16 rate: four products a K step, 2 units of bf16 time (``i8c``: three, 1.5 units), plus
+  ``--extra-us`` a tile (the epilogue's combination of the integer accumulators and scales); ``i8b``: scales per
+  64-deep (``i8b256``: 256-deep) K block on all four GEMMs, ``--extra-us`` a block (its fold into fp32). Costs only:
+  the graph is unchanged.
 
 Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
 the order given — the K splits when the graph is built, then the attention split, then the folds one after another

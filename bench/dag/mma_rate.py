@@ -153,9 +153,9 @@ def _rate_step_i8(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constex
     (``i8x2b``: A's scale per row and 64-deep K block, n = 1; ``i8x2b256``: 256-deep, n = 4): every n-th step waits
     for its products, adds the integer accumulators times 2^14 / 2^7 / 1 and the rows' scales into an fp32
     accumulator, and the next step starts them from zero (what a K loop pays for A from a producer that holds only
-    part of a row's columns; ITERS a multiple of n). A form with two sets
-    of integer accumulators, one step's products in flight while the other's are folded, compiles with every wgmma
-    serialized (ptxas C7514: the fold reads accumulator registers inside the pipeline stage) and spills at NP = 4."""
+    part of a row's columns; ITERS a multiple of n). A form with two sets of integer accumulators, one step's
+    products in flight while the other's are folded, compiles with every wgmma serialized (ptxas C7514: the fold
+    reads accumulator registers inside the pipeline stage) and spills at NP = 4."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, BN, 32])
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -245,6 +245,8 @@ def measure(name: str, iters: int, inflight: int) -> dict:
         np_, n, *drain = {**STEPS, **I8_STEPS}[name]
         rows, k, inflight = 64, 64 * np_, np_
         fn, extra = (_rate_step, {}) if name in STEPS else (_rate_step_i8, dict(DRAIN=drain[0]))
+        if drain and drain[0] and iters % drain[0]:
+            raise SystemExit(f"mma_rate: {name} folds every {drain[0]} steps: --iters must be a multiple of it")
         launch = lambda out: fn[(n_sm, )](out, ITERS=iters, BN=n, NP=np_, num_warps=4, **extra)   # noqa: E731
     else:
         fp8, rows, warps = FORMS[name]

@@ -108,7 +108,8 @@ def spike_input(x: torch.Tensor, scale: float, seed: int, spike: float) -> torch
     g = torch.Generator().manual_seed(2_000_003 + seed)
     cols = torch.randint(0, x.shape[-1], x.shape[:-1], generator=g)
     out = x.clone()
-    out.scatter_add_(-1, cols.unsqueeze(-1), spike * scale * torch.randn(*x.shape[:-1], 1, generator=g, dtype=x.dtype))
+    moved = spike * scale * torch.randn(*x.shape[:-1], 1, generator=g, dtype=x.dtype)
+    out.scatter_add_(-1, cols.unsqueeze(-1), moved)
     return out
 
 
@@ -192,7 +193,7 @@ def summary(log: str):
 
 
 def _label(r: dict) -> str:
-    """A logged result's row of the summary: its scheme, with the row offset of its inputs when it had one."""
+    """A logged result's row of the summary: its scheme, with its inputs' row offset or spike when they had one."""
     return r["scheme"] + (f" @offset {r['row_offset']:g}" if r.get("row_offset") else "") + \
         (f" @spike {r['spike']:g}" if r.get("spike") else "")
 
