@@ -11,10 +11,11 @@ are left uninitialized: the values do not change an MMA's time.
     python -m bench.dag.mma_rate --out DIR --forms bf16x3_n64 i8x2_n64 i8x2c_n64 i8x2b_n64 i8x2cb_n64 \
         i8x2b4_n64 i8x2cb4_n64 bf16x3_n128 f16w1_n128 i8x2_n128 i8x2c_n128 i8x2cb_n128
 
-The last: form ws's GEMM K steps on 64-row tiles alone (``STEPS``: the scheme's products of depth 64 on [64, 64] A
+The third: form ws's GEMM K steps on 64-row tiles alone (``STEPS``: the scheme's products of depth 64 on [64, 64] A
 tiles and [64, N] W tiles, as its consumer issues them, one step's groups left in flight), the products' time of a
-step the traced K steps are set against (docs/dag-results.md "Results" 46 assumes N = 64 at half N = 128's time;
-not yet run).
+step the traced K steps are set against ("Results" 47). The fourth: the int8 limb schemes' K steps (``I8_STEPS``,
+"Results" 52: four or three int8 products a step into int32 accumulators, folded into fp32 every step or every fourth
+in the block-scaled forms), against bf16x3's and f16_w1's; not yet run.
 
 Per form: TFLOP/s over all CTAs (the grid is the SM count), per SM and clock (dense fp16 peak: 4096 flops a clock an
 SM, fp8 8192 by the datasheet's ratio), and the SM clock the kernel ran at. ``mix_m64`` is f16f8's K step (the fp16
