@@ -307,11 +307,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from kernels.dag.host import parse_value
     CFG.update(WS if a.ws else {})
-    if a.cost_tflops or a.cost_gbs:
+    changes = {k: v for k, v in (("tflops", a.cost_tflops), ("gbs", a.cost_gbs)) if v is not None}
+    if changes:
         if not a.ws:
             raise SystemExit("bench.dag.levers: --cost-tflops / --cost-gbs change form ws's model: add --ws")
-        CFG["cost"] = dataclasses.replace(WS["cost"], **{k: v for k, v in (("tflops", a.cost_tflops),
-                                                                            ("gbs", a.cost_gbs)) if v})
+        CFG["cost"] = dataclasses.replace(WS["cost"], **changes)
     given = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
     levers = parse_levers(a.lever, a.extra_us)
     named = " + ".join(f"{n} (extra {e} µs)" for n, e in levers)

@@ -225,6 +225,17 @@ FORMS = {   # name: (fp8, rows, warps); fp8 "mix": f16f8's K step (an fp16 produ
 }
 
 
+def step_kernel(name: str, iters: int) -> tuple:
+    """A K-step form of ``STEPS`` or ``I8_STEPS``: its kernel and constexprs (one warpgroup, 64-row tiles)."""
+    if name in STEPS:
+        np_, bn = STEPS[name]
+        return _rate_step, dict(ITERS=iters, BN=bn, NP=np_, num_warps=4)
+    np_, bn, drain = I8_STEPS[name]
+    if drain and iters % drain:
+        raise SystemExit(f"mma_rate: {name} folds every {drain} steps: --iters must be a multiple of it")
+    return _rate_step_i8, dict(ITERS=iters, BN=bn, NP=np_, num_warps=4, DRAIN=drain)
+
+
 def third_launch(launch, ctas: int) -> tuple:
     """``launch(out)`` three times (compile, warm the L2 and the clocks; the third is kept) on a zeroed int64
     ``out`` [ctas, 4] whose rows the kernel fills with its elapsed ns and clocks (``_finish``'s layout). Returns
@@ -243,12 +254,9 @@ def measure(name: str, iters: int, inflight: int) -> dict:
     import torch
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
     if name in STEPS or name in I8_STEPS:
-        np_, n, *drain = {**STEPS, **I8_STEPS}[name]
-        rows, k, inflight = 64, 64 * np_, np_
-        fn, extra = (_rate_step, {}) if name in STEPS else (_rate_step_i8, dict(DRAIN=drain[0]))
-        if drain and drain[0] and iters % drain[0]:
-            raise SystemExit(f"mma_rate: {name} folds every {drain[0]} steps: --iters must be a multiple of it")
-        launch = lambda out: fn[(n_sm, )](out, ITERS=iters, BN=n, NP=np_, num_warps=4, **extra)   # noqa: E731
+        fn, cst = step_kernel(name, iters)
+        rows, n, k, inflight = 64, cst["BN"], 64 * cst["NP"], cst["NP"]
+        launch = lambda out: fn[(n_sm, )](out, **cst)   # noqa: E731
     else:
         fp8, rows, warps = FORMS[name]
         n, k = 128, {"mix": 64 + 128, "fp16x2": 128, True: 128, False: 64}[fp8]
@@ -286,10 +294,7 @@ def compile_form(name: str, iters: int = 4, inflight: int = 1) -> dict:
 
     from bench.common.sm90_report import compile_gluon
     if name in STEPS or name in I8_STEPS:
-        np_, bn, *drain = {**STEPS, **I8_STEPS}[name]
-        fn, warps, cst = _rate_step, 4, dict(ITERS=iters, BN=bn, NP=np_, num_warps=4)
-        if name in I8_STEPS:
-            fn, cst["DRAIN"] = _rate_step_i8, drain[0]
+        (fn, cst), warps = step_kernel(name, iters), 4
     else:
         fp8, rows, warps = FORMS[name]
         mix = fp8 in ("mix", "fp16x2")
