@@ -1,0 +1,229 @@
+"""A GEMM K loop as form ws's consumer runs it, TMA feed and wgmma products together on every SM, bf16x3's operands
+(4 bytes an element of each operand) against the int8 limb schemes' (2 bytes; docs/dag-results.md "Results" 52)
+(lab). ``bench.dag.feed_rate`` times the feed alone and ``bench.dag.mma_rate`` the products alone; what the int8
+lead needs to know is whether a K step that brings 16 KB in place of 32 takes about half the time once both run
+at once on all SMs, and what the fold of its integer accumulators into fp32 costs inside the pipelined loop.
+
+Each CTA (one an SM) streams ``--iters`` K steps of one 64-row output tile [64, N] through a ring of ``--stages``
+slots, as a pipelined Hopper GEMM does: wait for step i's slot, issue its products (async wgmma), wait until step
+i − 1's products are done (step i's left in flight), then issue the TMA loads of step i + stages − 1 into the slot
+step i − 1 used. A step's operands are two [64, 64] A boxes and two [N, 64] W boxes (K-major) of an L2-resident
+[rows, 64] tensor (``--mb``), CTA p starting at a different row, as ``feed_rate``'s. Forms (``FORMS``):
+
+- ``bf16x3_nN``: bf16 hi / lo boxes (32 KB a step at N = 64), a_lo·w_hi, a_hi·w_lo, a_hi·w_hi into one fp32
+  accumulator (today's K step, ``ws_kernel._gemm_step_at``).
+- ``i8x2_nN`` / ``i8x2c_nN``: int8 limb boxes (16 KB a step at N = 64), a0·w0 into one int32 accumulator, a0·w1 and
+  a1·w0 into a second, a1·w1 into a third (``c``: left out), never folded (a scale over the whole K).
+- ``i8x2b_nN`` / ``i8x2cb_nN``: the same folded into an fp32 accumulator at every step's end (a scale a row of A and
+  column of W and 64-deep K block, ``i8b_all``): the step's products waited for, the integer accumulators times
+  2^14 / 2^7 / 1 times the block's row and column scales (loaded from global memory: [blocks, 64] and [blocks, N]
+  fp32, as a producer's epilogue would write them) added in; ``b4``: every fourth step (a 256-deep block,
+  ``i8b256_all``).
+
+The values are random and not checked (a rate probe); the accumulators' sum is stored so that no product is dead.
+
+    python -m bench.dag.kloop_rate --out DIR            # GPU: one JSON, a line per form and ring depth
+    python -m bench.dag.kloop_rate --compile            # CPU: each form's sm_90a wgmma, TMA copies, registers
+
+Per form: the CTAs' median µs a step, the operand bytes a step, GB/s an SM and in all, and the SM clock.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show, third_launch
+
+FORMS = {   # name: (int8, products a step, N, fold every n-th step (0: never))
+    "bf16x3_n64": (False, 3, 64, 0),
+    "bf16x3_n128": (False, 3, 128, 0),
+    "i8x2_n64": (True, 4, 64, 0),
+    "i8x2c_n64": (True, 3, 64, 0),
+    "i8x2b_n64": (True, 4, 64, 1),
+    "i8x2cb_n64": (True, 3, 64, 1),
+    "i8x2b4_n64": (True, 4, 64, 4),
+    "i8x2cb4_n64": (True, 3, 64, 4),
+    "i8x2_n128": (True, 4, 128, 0),
+    "i8x2cb_n128": (True, 3, 128, 1),
+    "i8x2cb4_n128": (True, 3, 128, 4),
+}
+
+
+@gluon.jit
+def _issue(a_d, w_d, a_ring, w_ring, bar, step, slot, a_base, w_base, a_rows, w_rows, BN: gl.constexpr):
+    """Step ``step``'s four boxes (A hi / lo or limbs 0 / 1, W the same) into ring slot ``slot``, on ``bar``."""
+    mbarrier.expect(bar, 2 * a_d.block_type.nbytes + 2 * w_d.block_type.nbytes)
+    for h in gl.static_range(2):
+        tma.async_copy_global_to_shared(a_d, [(a_base + (2 * step + h) * 64) % a_rows, 0], bar,
+                                        a_ring.index(2 * slot + h))
+        tma.async_copy_global_to_shared(w_d, [(w_base + (2 * step + h) * BN) % w_rows, 0], bar,
+                                        w_ring.index(2 * slot + h))
+
+
+@gluon.jit
+def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, a_rows, w_rows, ITERS: gl.constexpr, STAGES: gl.constexpr,
+           BN: gl.constexpr, I8: gl.constexpr, NP: gl.constexpr, FOLD: gl.constexpr, num_warps: gl.constexpr):
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    NT: gl.constexpr = 32 * num_warps
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, BN, 32 if I8 else 16])
+    a_ring = gl.allocate_shared_memory(a_d.dtype, [2 * STAGES, 64, 64], a_d.layout)
+    w_ring = gl.allocate_shared_memory(w_d.dtype, [2 * STAGES, BN, 64], w_d.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(STAGES):
+        mbarrier.init(bars.index(b), count=1)
+    pid = gl.program_id(0)
+    a_base = (pid * 977 * 64) % a_rows
+    w_base = (pid * 331 * 64) % w_rows
+    acc = gl.zeros([64, BN], gl.float32, layout=mma)
+    hh = gl.zeros([64, BN], gl.int32, layout=mma)
+    mix = gl.zeros([64, BN], gl.int32, layout=mma)
+    ll = gl.zeros([64, BN], gl.int32, layout=mma)
+    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
+    t0 = _stamp(_NOW, lay, NT)
+    c0 = _stamp(_CLK, lay, NT)
+    for p in gl.static_range(STAGES - 1):   # the ring's first steps
+        _issue(a_d, w_d, a_ring, w_ring, bars.index(p), p, p, a_base, w_base, a_rows, w_rows, BN)
+    EVERY: gl.constexpr = FOLD if FOLD else 1
+    for i0 in range(0, ITERS, EVERY):
+        for j in gl.static_range(EVERY):
+            i = i0 + j
+            s = i % STAGES
+            mbarrier.wait(bars.index(s), (i // STAGES) & 1)
+            a0 = a_ring.index(2 * s)
+            a1 = a_ring.index(2 * s + 1)
+            w0 = w_ring.index(2 * s).permute((1, 0))
+            w1 = w_ring.index(2 * s + 1).permute((1, 0))
+            if I8:
+                fresh = (FOLD == 0) or (j > 0)   # the first step after a fold starts the integers from zero
+                hh = warpgroup_mma(a0, w0, hh, use_acc=fresh, is_async=True)
+                mix = warpgroup_mma(a0, w1, mix, use_acc=fresh, is_async=True)
+                mix = warpgroup_mma(a1, w0, mix, is_async=True)
+                if NP == 4:
+                    ll = warpgroup_mma(a1, w1, ll, use_acc=fresh, is_async=True)
+                if FOLD > 0 and j == EVERY - 1:
+                    blk = (i // EVERY) % 64
+                    sa = gl.load(sa_ptr + blk * 64 + rows)          # the block's scales, before the wait
+                    sw = gl.load(sw_ptr + blk * BN + cols)
+                    hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+                    part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+                    if NP == 4:
+                        part = part + ll.to(gl.float32)
+                    acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
+                else:
+                    hh, mix, ll = warpgroup_mma_wait(NP, deps=(hh, mix, ll))
+            else:   # bf16x3: limb 0 the hi part, 1 the lo part
+                acc = warpgroup_mma(a1, w0, acc, is_async=True)
+                acc = warpgroup_mma(a0, w1, acc, is_async=True)
+                acc = warpgroup_mma(a0, w0, acc, is_async=True)
+                acc = warpgroup_mma_wait(3, deps=(acc, ))
+            # step i - 1's products are done: its slot takes step i + STAGES - 1
+            n = i + STAGES - 1
+            if n < ITERS:
+                _issue(a_d, w_d, a_ring, w_ring, bars.index(n % STAGES), n, n % STAGES, a_base, w_base, a_rows,
+                       w_rows, BN)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+    tot = gl.sum(gl.sum(acc, axis=1), axis=0) + gl.sum(gl.sum(hh + mix + ll, axis=1), axis=0).to(gl.float32)
+    t1 = _stamp(_NOW, lay, NT)
+    c1 = _stamp(_CLK, lay, NT)
+    first = gl.arange(0, NT, layout=lay) == 0
+    gl.store(out_ptr + pid * 4 + 0 + t1 * 0, t1 - t0, mask=first)
+    gl.store(out_ptr + pid * 4 + 1 + t1 * 0, c1 - c0, mask=first)
+    gl.store(out_ptr + pid * 4 + 2 + t1 * 0, tot.to(gl.int64), mask=first)
+
+
+def _descs(i8: bool, bn: int, rows: int, device: str):
+    """TMA descriptors over [rows, 64] A and W sources (random; L2-resident on the GPU) and the scale tensors."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    dt, gdt = (torch.int8, gl.int8) if i8 else (torch.bfloat16, gl.bfloat16)
+    if device == "cuda":
+        src = torch.randint(-64, 64, (rows, 64), device=device).to(dt) if i8 else \
+            torch.randn(rows, 64, device=device).to(dt)
+    else:
+        src = torch.empty(rows, 64, dtype=dt)
+    a_d = TensorDescriptor(src, [rows, 64], [64, 1], [64, 64], gl.NVMMASharedLayout.get_default_for([64, 64], gdt))
+    w_d = TensorDescriptor(src, [rows, 64], [64, 1], [bn, 64], gl.NVMMASharedLayout.get_default_for([bn, 64], gdt))
+    sa = torch.rand(64 * 64, device=device) + 0.5
+    sw = torch.rand(64 * bn, device=device) + 0.5
+    return a_d, w_d, sa, sw
+
+
+def _constexprs(name: str, iters: int, stages: int) -> dict:
+    i8, np_, bn, fold = FORMS[name]
+    if fold and iters % fold:
+        raise SystemExit(f"kloop_rate: {name} folds every {fold} steps: --iters must be a multiple of it")
+    return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, num_warps=4)
+
+
+def measure(name: str, iters: int, stages: int, mb: int) -> dict:
+    import torch
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    i8, np_, bn, fold = FORMS[name]
+    rows = mb * 2**20 // (64 * (1 if i8 else 2))
+    a_d, w_d, sa, sw = _descs(i8, bn, rows, "cuda")
+    cst = _constexprs(name, iters, stages)
+    _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, rows, rows, **cst), n_sm)
+    step = 2 * (64 + bn) * 64 * (1 if i8 else 2)
+    return dict(form=name, stages=stages, iters=iters, step_kb=step / 1024, products=np_, fold_every=fold,
+                us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
+                gbs_all=step * iters / ns * n_sm)
+
+
+def compile_form(name: str, iters: int = 16, stages: int = 4) -> dict:
+    """``name`` compiled for sm_90a without a GPU: its wgmma (shape and types), TMA copies, registers, spills,
+    shared memory and ptxas's serialization notes."""
+    import collections
+    import re
+
+    from triton.runtime.jit import mangle_type
+
+    from bench.common.sm90_report import compile_gluon, report
+    i8, _, bn, _ = FORMS[name]
+    a_d, w_d, _, _ = _descs(i8, bn, 65536, "cpu")
+    sig = {"a_d": mangle_type(a_d), "w_d": mangle_type(w_d), "sa_ptr": "*fp32", "sw_ptr": "*fp32",
+           "out_ptr": "*i64", "a_rows": "i32", "w_rows": "i32"}
+    k = compile_gluon(_kloop, sig, _constexprs(name, iters, stages), num_warps=4)
+    ptx = k.asm["ptx"]
+    r = report(k)
+    return dict(wgmma=dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+\.\w+\.\w+\.\w+)",
+                                                           ptx))),
+                tma=ptx.count("cp.async.bulk.tensor"), registers=r["registers"], spill_stores=r["spill_stores"],
+                shared=r["shared"], serialized=r["wgmma_notes"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="folder for kloop_rate.json (GPU)")
+    ap.add_argument("--compile", action="store_true", help="compile each form for sm_90a (no GPU), print JSON")
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    ap.add_argument("--stages", nargs="+", type=int, default=[4])
+    ap.add_argument("--iters", type=int, default=2048)
+    ap.add_argument("--mb", type=int, default=8, help="MB of each L2-resident source")
+    a = ap.parse_args(argv)
+    if a.compile:
+        print(json.dumps({f"{f}/s{s}": compile_form(f, stages=s) for f in a.forms for s in a.stages}))
+        return 0
+    if not a.out:
+        raise SystemExit("kloop_rate: --out DIR (GPU) or --compile (CPU)")
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    for s in a.stages:
+        for f in a.forms:
+            try:
+                rows.append(show(measure(f, a.iters, s, a.mb)))
+            except Exception as e:   # a ring too deep for shared memory (OutOfResources): the row says so
+                rows.append(show(dict(form=f, stages=s, error=f"{type(e).__name__}: {e}"[:200])))
+    save(a.out, "kloop_rate.json", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
