@@ -22,7 +22,7 @@ step i − 1 used. A step's operands are two [64, 64] A boxes and two [N, 64] W 
 
 The values are random and not checked (a rate probe); the accumulators' sum is stored so that no product is dead.
 
-    python -m bench.dag.kloop_rate --out DIR            # GPU: one JSON, a line per form and ring depth
+    python -m bench.dag.kloop_rate --out DIR --check    # GPU: each form checked, then timed: one JSON
     python -m bench.dag.kloop_rate --compile            # CPU: each form's sm_90a wgmma, TMA copies, registers
 
 Per form: the CTAs' median µs a step, the operand bytes a step, GB/s an SM and in all, and the SM clock.
@@ -66,8 +66,9 @@ def _issue(a_d, w_d, a_ring, w_ring, bar, step, slot, a_base, w_base, a_rows, w_
 
 
 @gluon.jit
-def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, a_rows, w_rows, ITERS: gl.constexpr, STAGES: gl.constexpr,
-           BN: gl.constexpr, I8: gl.constexpr, NP: gl.constexpr, FOLD: gl.constexpr, num_warps: gl.constexpr):
+def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: gl.constexpr, STAGES: gl.constexpr,
+           BN: gl.constexpr, I8: gl.constexpr, NP: gl.constexpr, FOLD: gl.constexpr, CHECK: gl.constexpr,
+           num_warps: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     NT: gl.constexpr = 32 * num_warps
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -130,6 +131,12 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, a_rows, w_rows, ITERS: gl.constexp
                        w_rows, BN)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+    if CHECK:   # the CTA's output tile: the folded accumulator, or the integer ones combined (fp32)
+        res = acc
+        if I8 and FOLD == 0:
+            res = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0 + ll.to(gl.float32)
+        offs = gl.expand_dims(rows, 1) * BN + gl.expand_dims(cols, 0)
+        gl.store(tile_ptr + pid * (64 * BN) + offs, res)
     tot = gl.sum(gl.sum(acc, axis=1), axis=0) + gl.sum(gl.sum(hh + mix + ll, axis=1), axis=0).to(gl.float32)
     t1 = _stamp(_NOW, lay, NT)
     c1 = _stamp(_CLK, lay, NT)
@@ -140,7 +147,8 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, a_rows, w_rows, ITERS: gl.constexp
 
 
 def _descs(i8: bool, bn: int, rows: int, device: str):
-    """TMA descriptors over [rows, 64] A and W sources (random; L2-resident on the GPU) and the scale tensors."""
+    """TMA descriptors over one [rows, 64] source (random; L2-resident on the GPU) for A's and W's boxes, the scale
+    tensors, and the source."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     dt, gdt = (torch.int8, gl.int8) if i8 else (torch.bfloat16, gl.bfloat16)
@@ -153,7 +161,7 @@ def _descs(i8: bool, bn: int, rows: int, device: str):
     w_d = TensorDescriptor(src, [rows, 64], [64, 1], [bn, 64], gl.NVMMASharedLayout.get_default_for([bn, 64], gdt))
     sa = torch.rand(64 * 64, device=device) + 0.5
     sw = torch.rand(64 * bn, device=device) + 0.5
-    return a_d, w_d, sa, sw
+    return a_d, w_d, sa, sw, src
 
 
 def _constexprs(name: str, iters: int, stages: int) -> dict:
@@ -168,13 +176,61 @@ def measure(name: str, iters: int, stages: int, mb: int) -> dict:
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
     i8, np_, bn, fold = FORMS[name]
     rows = mb * 2**20 // (64 * (1 if i8 else 2))
-    a_d, w_d, sa, sw = _descs(i8, bn, rows, "cuda")
+    a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda")
     cst = _constexprs(name, iters, stages)
-    _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, rows, rows, **cst), n_sm)
+    _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, out, rows, rows, CHECK=False,
+                                                           **cst), n_sm)
     step = 2 * (64 + bn) * 64 * (1 if i8 else 2)
     return dict(form=name, stages=stages, iters=iters, step_kb=step / 1024, products=np_, fold_every=fold,
                 us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * n_sm)
+
+
+def reference(name: str, src, sa, sw, programs: int, iters: int):
+    """The output tiles [programs, 64, N] the CTAs compute (float64 from the same source boxes and scales): what
+    ``check`` compares ``_kloop``'s with. A box that runs past the source's end reads zeros there, as TMA does."""
+    import torch
+    i8, np_, bn, fold = FORMS[name]
+    rows = src.shape[0]
+    srcp = torch.cat([src.double(), torch.zeros(bn, 64, dtype=torch.float64, device=src.device)])
+    out = torch.zeros(programs, 64, bn, dtype=torch.float64, device=src.device)
+    for p in range(programs):
+        a_base, w_base = (p * 977 * 64) % rows, (p * 331 * 64) % rows
+        acc = torch.zeros(64, bn, dtype=torch.float64, device=src.device)
+        ints = [torch.zeros_like(acc) for _ in range(3)]
+        for i in range(iters):
+            a0, a1 = (srcp[(a_base + (2 * i + h) * 64) % rows:][:64] for h in range(2))
+            w0, w1 = (srcp[(w_base + (2 * i + h) * bn) % rows:][:bn] for h in range(2))
+            if not i8:
+                acc += a1 @ w0.T + a0 @ w1.T + a0 @ w0.T
+                continue
+            ints[0] += a0 @ w0.T
+            ints[1] += a0 @ w1.T + a1 @ w0.T
+            if np_ == 4:
+                ints[2] += a1 @ w1.T
+            if fold and (i + 1) % fold == 0:
+                blk = (i // fold) % 64
+                part = ints[0] * 16384 + ints[1] * 128 + ints[2]
+                acc += part * sa[blk * 64:(blk + 1) * 64, None].double() * sw[None, blk * bn:(blk + 1) * bn].double()
+                ints = [torch.zeros_like(acc) for _ in range(3)]
+        out[p] = acc if (fold or not i8) else ints[0] * 16384 + ints[1] * 128 + ints[2]
+    return out
+
+
+def check(name: str, iters: int = 16, stages: int = 4, programs: int = 8) -> dict:
+    """``_kloop``'s output tiles on the GPU against ``reference``: the largest difference over the largest
+    |reference| (int8 forms unfolded: exact integers, so 0 up to fp32's rounding of the combination)."""
+    import torch
+    i8, _, bn, _ = FORMS[name]
+    rows = 8192
+    a_d, w_d, sa, sw, src = _descs(i8, bn, rows, "cuda")
+    tiles = torch.zeros(programs, 64, bn, device="cuda")
+    out = torch.zeros(programs, 4, dtype=torch.int64, device="cuda")
+    _kloop[(programs, )](a_d, w_d, sa, sw, out, tiles, rows, rows, CHECK=True, **_constexprs(name, iters, stages))
+    torch.cuda.synchronize()
+    ref = reference(name, src, sa, sw, programs, iters)
+    err = ((tiles.double() - ref).abs().max() / ref.abs().max()).item()
+    return dict(form=name, check_iters=iters, stages=stages, rel_err=err, ok=err < 1e-5)
 
 
 def compile_form(name: str, iters: int = 16, stages: int = 4) -> dict:
@@ -187,10 +243,10 @@ def compile_form(name: str, iters: int = 16, stages: int = 4) -> dict:
 
     from bench.common.sm90_report import compile_gluon, report
     i8, _, bn, _ = FORMS[name]
-    a_d, w_d, _, _ = _descs(i8, bn, 65536, "cpu")
+    a_d, w_d, _, _, _ = _descs(i8, bn, 65536, "cpu")
     sig = {"a_d": mangle_type(a_d), "w_d": mangle_type(w_d), "sa_ptr": "*fp32", "sw_ptr": "*fp32",
-           "out_ptr": "*i64", "a_rows": "i32", "w_rows": "i32"}
-    k = compile_gluon(_kloop, sig, _constexprs(name, iters, stages), num_warps=4)
+           "out_ptr": "*i64", "tile_ptr": "*fp32", "a_rows": "i32", "w_rows": "i32"}
+    k = compile_gluon(_kloop, sig, dict(_constexprs(name, iters, stages), CHECK=False), num_warps=4)
     ptx = k.asm["ptx"]
     r = report(k)
     return dict(wgmma=dict(collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+\.\w+\.\w+\.\w+)",
@@ -207,6 +263,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--mb", type=int, default=8, help="MB of each L2-resident source")
+    ap.add_argument("--check", action="store_true", help="GPU: each form's output tiles against the float64 "
+                                                          "reference first (a row per form; a failed one is named)")
     a = ap.parse_args(argv)
     if a.compile:
         print(json.dumps({f"{f}/s{s}": compile_form(f, stages=s) for f in a.forms for s in a.stages}))
@@ -215,6 +273,8 @@ def main(argv=None) -> int:
         raise SystemExit("kloop_rate: --out DIR (GPU) or --compile (CPU)")
     os.makedirs(a.out, exist_ok=True)
     rows = []
+    if a.check:
+        rows += [show(check(f)) for f in a.forms]
     for s in a.stages:
         for f in a.forms:
             try:
