@@ -19,6 +19,8 @@ step i − 1 used. A step's operands are two [64, 64] A boxes and two [N, 64] W 
   2^14 / 2^7 / 1 times the block's row and column scales (loaded from global memory: [blocks, 64] and [blocks, N]
   fp32, as a producer's epilogue would write them) added in; ``b4``: every fourth step (a 256-deep block,
   ``i8b256_all``).
+- ``…_k128``: int8 steps 128 deep ([64, 128] and [N, 128] boxes, 128-byte rows as bf16's 64-deep boxes have: the
+  same bytes a step as bf16x3 for twice its K), folded at each step's end (a 128-deep block).
 
 The values are random and not checked (a rate probe); the accumulators' sum is stored so that no product is dead.
 
@@ -39,18 +41,21 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show, third_launch
 
-FORMS = {   # name: (int8, products a step, N, fold every n-th step (0: never))
-    "bf16x3_n64": (False, 3, 64, 0),
-    "bf16x3_n128": (False, 3, 128, 0),
-    "i8x2_n64": (True, 4, 64, 0),
-    "i8x2c_n64": (True, 3, 64, 0),
-    "i8x2b_n64": (True, 4, 64, 1),
-    "i8x2cb_n64": (True, 3, 64, 1),
-    "i8x2b4_n64": (True, 4, 64, 4),
-    "i8x2cb4_n64": (True, 3, 64, 4),
-    "i8x2_n128": (True, 4, 128, 0),
-    "i8x2cb_n128": (True, 3, 128, 1),
-    "i8x2cb4_n128": (True, 3, 128, 4),
+FORMS = {   # name: (int8, products a step, N, fold every n-th step (0: never), K depth a step)
+    "bf16x3_n64": (False, 3, 64, 0, 64),
+    "bf16x3_n128": (False, 3, 128, 0, 64),
+    "i8x2_n64": (True, 4, 64, 0, 64),
+    "i8x2c_n64": (True, 3, 64, 0, 64),
+    "i8x2b_n64": (True, 4, 64, 1, 64),
+    "i8x2cb_n64": (True, 3, 64, 1, 64),
+    "i8x2b4_n64": (True, 4, 64, 4, 64),
+    "i8x2cb4_n64": (True, 3, 64, 4, 64),
+    "i8x2_n128": (True, 4, 128, 0, 64),
+    "i8x2cb_n128": (True, 3, 128, 1, 64),
+    "i8x2cb4_n128": (True, 3, 128, 4, 64),
+    "i8x2_n64_k128": (True, 4, 64, 0, 128),
+    "i8x2b_n64_k128": (True, 4, 64, 1, 128),
+    "i8x2cb_n64_k128": (True, 3, 64, 1, 128),
 }
 
 
@@ -67,14 +72,14 @@ def _issue(a_d, w_d, a_ring, w_ring, bar, step, slot, a_base, w_base, a_rows, w_
 
 @gluon.jit
 def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: gl.constexpr, STAGES: gl.constexpr,
-           BN: gl.constexpr, I8: gl.constexpr, NP: gl.constexpr, FOLD: gl.constexpr, CHECK: gl.constexpr,
-           num_warps: gl.constexpr):
+           BN: gl.constexpr, I8: gl.constexpr, NP: gl.constexpr, FOLD: gl.constexpr, KD: gl.constexpr,
+           CHECK: gl.constexpr, num_warps: gl.constexpr):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     NT: gl.constexpr = 32 * num_warps
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, BN, 32 if I8 else 16])
-    a_ring = gl.allocate_shared_memory(a_d.dtype, [2 * STAGES, 64, 64], a_d.layout)
-    w_ring = gl.allocate_shared_memory(w_d.dtype, [2 * STAGES, BN, 64], w_d.layout)
+    a_ring = gl.allocate_shared_memory(a_d.dtype, [2 * STAGES, 64, KD], a_d.layout)
+    w_ring = gl.allocate_shared_memory(w_d.dtype, [2 * STAGES, BN, KD], w_d.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for b in gl.static_range(STAGES):
         mbarrier.init(bars.index(b), count=1)
@@ -146,41 +151,41 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
     gl.store(out_ptr + pid * 4 + 2 + t1 * 0, tot.to(gl.int64), mask=first)
 
 
-def _descs(i8: bool, bn: int, rows: int, device: str):
-    """TMA descriptors over one [rows, 64] source (random; L2-resident on the GPU) for A's and W's boxes, the scale
+def _descs(i8: bool, bn: int, rows: int, device: str, kd: int = 64):
+    """TMA descriptors over one [rows, kd] source (random; L2-resident on the GPU) for A's and W's boxes, the scale
     tensors, and the source."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     dt, gdt = (torch.int8, gl.int8) if i8 else (torch.bfloat16, gl.bfloat16)
     if device == "cuda":
-        src = torch.randint(-64, 64, (rows, 64), device=device).to(dt) if i8 else \
-            torch.randn(rows, 64, device=device).to(dt)
+        src = torch.randint(-64, 64, (rows, kd), device=device).to(dt) if i8 else \
+            torch.randn(rows, kd, device=device).to(dt)
     else:
-        src = torch.empty(rows, 64, dtype=dt)
-    a_d = TensorDescriptor(src, [rows, 64], [64, 1], [64, 64], gl.NVMMASharedLayout.get_default_for([64, 64], gdt))
-    w_d = TensorDescriptor(src, [rows, 64], [64, 1], [bn, 64], gl.NVMMASharedLayout.get_default_for([bn, 64], gdt))
+        src = torch.empty(rows, kd, dtype=dt)
+    a_d = TensorDescriptor(src, [rows, kd], [kd, 1], [64, kd], gl.NVMMASharedLayout.get_default_for([64, kd], gdt))
+    w_d = TensorDescriptor(src, [rows, kd], [kd, 1], [bn, kd], gl.NVMMASharedLayout.get_default_for([bn, kd], gdt))
     sa = torch.rand(64 * 64, device=device) + 0.5
     sw = torch.rand(64 * bn, device=device) + 0.5
     return a_d, w_d, sa, sw, src
 
 
 def _constexprs(name: str, iters: int, stages: int) -> dict:
-    i8, np_, bn, fold = FORMS[name]
+    i8, np_, bn, fold, kd = FORMS[name]
     if fold and iters % fold:
         raise SystemExit(f"kloop_rate: {name} folds every {fold} steps: --iters must be a multiple of it")
-    return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, num_warps=4)
+    return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, KD=kd, num_warps=4)
 
 
 def measure(name: str, iters: int, stages: int, mb: int) -> dict:
     import torch
     n_sm = torch.cuda.get_device_properties(0).multi_processor_count
-    i8, np_, bn, fold = FORMS[name]
-    rows = mb * 2**20 // (64 * (1 if i8 else 2))
-    a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda")
+    i8, np_, bn, fold, kd = FORMS[name]
+    rows = mb * 2**20 // (kd * (1 if i8 else 2))
+    a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda", kd)
     cst = _constexprs(name, iters, stages)
     _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, out, rows, rows, CHECK=False,
                                                            **cst), n_sm)
-    step = 2 * (64 + bn) * 64 * (1 if i8 else 2)
+    step = 2 * (64 + bn) * kd * (1 if i8 else 2)
     return dict(form=name, stages=stages, iters=iters, step_kb=step / 1024, products=np_, fold_every=fold,
                 us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * n_sm)
@@ -190,9 +195,9 @@ def reference(name: str, src, sa, sw, programs: int, iters: int):
     """The output tiles [programs, 64, N] the CTAs compute (float64 from the same source boxes and scales): what
     ``check`` compares ``_kloop``'s with. A box that runs past the source's end reads zeros there, as TMA does."""
     import torch
-    i8, np_, bn, fold = FORMS[name]
+    i8, np_, bn, fold, kd = FORMS[name]
     rows = src.shape[0]
-    srcp = torch.cat([src.double(), torch.zeros(bn, 64, dtype=torch.float64, device=src.device)])
+    srcp = torch.cat([src.double(), torch.zeros(bn, kd, dtype=torch.float64, device=src.device)])
     out = torch.zeros(programs, 64, bn, dtype=torch.float64, device=src.device)
     for p in range(programs):
         a_base, w_base = (p * 977 * 64) % rows, (p * 331 * 64) % rows
@@ -221,9 +226,9 @@ def check(name: str, iters: int = 16, stages: int = 4, programs: int = 8) -> dic
     """``_kloop``'s output tiles on the GPU against ``reference``: the largest difference over the largest
     |reference| (int8 forms unfolded: exact integers, so 0 up to fp32's rounding of the combination)."""
     import torch
-    i8, _, bn, _ = FORMS[name]
+    i8, _, bn, _, kd = FORMS[name]
     rows = 8192
-    a_d, w_d, sa, sw, src = _descs(i8, bn, rows, "cuda")
+    a_d, w_d, sa, sw, src = _descs(i8, bn, rows, "cuda", kd)
     tiles = torch.zeros(programs, 64, bn, device="cuda")
     out = torch.zeros(programs, 4, dtype=torch.int64, device="cuda")
     _kloop[(programs, )](a_d, w_d, sa, sw, out, tiles, rows, rows, CHECK=True, **_constexprs(name, iters, stages))
@@ -242,8 +247,8 @@ def compile_form(name: str, iters: int = 16, stages: int = 4) -> dict:
     from triton.runtime.jit import mangle_type
 
     from bench.common.sm90_report import compile_gluon, report
-    i8, _, bn, _ = FORMS[name]
-    a_d, w_d, _, _, _ = _descs(i8, bn, 65536, "cpu")
+    i8, _, bn, _, kd = FORMS[name]
+    a_d, w_d, _, _, _ = _descs(i8, bn, 65536, "cpu", kd)
     sig = {"a_d": mangle_type(a_d), "w_d": mangle_type(w_d), "sa_ptr": "*fp32", "sw_ptr": "*fp32",
            "out_ptr": "*i64", "tile_ptr": "*fp32", "a_rows": "i32", "w_rows": "i32"}
     k = compile_gluon(_kloop, sig, dict(_constexprs(name, iters, stages), CHECK=False), num_warps=4)
