@@ -56,6 +56,8 @@ FORMS = {   # name: (int8, products a step, N, fold every n-th step (0: never), 
     "i8x2_n64_k128": (True, 4, 64, 0, 128),
     "i8x2b_n64_k128": (True, 4, 64, 1, 128),
     "i8x2cb_n64_k128": (True, 3, 64, 1, 128),
+    "i8x2b2_n64_k128": (True, 4, 64, 2, 128),
+    "i8x2cb2_n64_k128": (True, 3, 64, 2, 128),
 }
 
 
@@ -97,6 +99,8 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
     for p in gl.static_range(STAGES - 1):   # the ring's first steps
         _issue(a_d, w_d, a_ring, w_ring, bars.index(p), p, p, a_base, w_base, a_rows, w_rows, BN)
     EVERY: gl.constexpr = FOLD if FOLD else 1
+    sa = gl.load(sa_ptr + rows)             # the first block's scales; each fold loads the next block's
+    sw = gl.load(sw_ptr + cols)
     for i0 in range(0, ITERS, EVERY):
         for j in gl.static_range(EVERY):
             i = i0 + j
@@ -114,14 +118,7 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
                 if NP == 4:
                     ll = warpgroup_mma(a1, w1, ll, use_acc=fresh, is_async=True)
                 if FOLD > 0 and j == EVERY - 1:
-                    blk = (i // EVERY) % 64
-                    sa = gl.load(sa_ptr + blk * 64 + rows)          # the block's scales, before the wait
-                    sw = gl.load(sw_ptr + blk * BN + cols)
                     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
-                    part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
-                    if NP == 4:
-                        part = part + ll.to(gl.float32)
-                    acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
                 else:
                     hh, mix, ll = warpgroup_mma_wait(NP, deps=(hh, mix, ll))
             else:   # bf16x3: limb 0 the hi part, 1 the lo part
@@ -129,11 +126,19 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
                 acc = warpgroup_mma(a0, w1, acc, is_async=True)
                 acc = warpgroup_mma(a0, w0, acc, is_async=True)
                 acc = warpgroup_mma_wait(3, deps=(acc, ))
-            # step i - 1's products are done: its slot takes step i + STAGES - 1
+            # step i - 1's products are done: its slot takes step i + STAGES - 1 (before a fold's arithmetic)
             n = i + STAGES - 1
             if n < ITERS:
                 _issue(a_d, w_d, a_ring, w_ring, bars.index(n % STAGES), n, n % STAGES, a_base, w_base, a_rows,
                        w_rows, BN)
+            if I8 and FOLD > 0 and j == EVERY - 1:
+                part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+                if NP == 4:
+                    part = part + ll.to(gl.float32)
+                acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
+                blk = (i // EVERY + 1) % 64
+                sa = gl.load(sa_ptr + blk * 64 + rows)
+                sw = gl.load(sw_ptr + blk * BN + cols)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
     if CHECK:   # the CTA's output tile: the folded accumulator, or the integer ones combined (fp32)
@@ -176,9 +181,9 @@ def _constexprs(name: str, iters: int, stages: int) -> dict:
     return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, KD=kd, num_warps=4)
 
 
-def measure(name: str, iters: int, stages: int, mb: int) -> dict:
+def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1) -> dict:
     import torch
-    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count * per_sm
     i8, np_, bn, fold, kd = FORMS[name]
     rows = mb * 2**20 // (kd * (1 if i8 else 2))
     a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda", kd)
@@ -186,7 +191,8 @@ def measure(name: str, iters: int, stages: int, mb: int) -> dict:
     _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, out, rows, rows, CHECK=False,
                                                            **cst), n_sm)
     step = 2 * (64 + bn) * kd * (1 if i8 else 2)
-    return dict(form=name, stages=stages, iters=iters, step_kb=step / 1024, products=np_, fold_every=fold,
+    return dict(form=name, stages=stages, per_sm=per_sm, iters=iters, step_kb=step / 1024, products=np_,
+                fold_every=fold,
                 us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * n_sm)
 
@@ -267,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--iters", type=int, default=2048)
+    ap.add_argument("--per-sm", nargs="+", type=int, default=[1], help="CTAs an SM (2: two tiles' K loops an SM, "
+                                                                       "as form ws's two consumers)")
     ap.add_argument("--mb", type=int, default=8, help="MB of each L2-resident source")
     ap.add_argument("--check", action="store_true", help="GPU: each form's output tiles against the float64 "
                                                           "reference first (a row per form; a failed one is named)")
@@ -280,12 +288,13 @@ def main(argv=None) -> int:
     rows = []
     if a.check:
         rows += [show(check(f)) for f in a.forms]
-    for s in a.stages:
-        for f in a.forms:
-            try:
-                rows.append(show(measure(f, a.iters, s, a.mb)))
-            except Exception as e:   # a ring too deep for shared memory (OutOfResources): the row says so
-                rows.append(show(dict(form=f, stages=s, error=f"{type(e).__name__}: {e}"[:200])))
+    for per_sm in a.per_sm:
+        for s in a.stages:
+            for f in a.forms:
+                try:
+                    rows.append(show(measure(f, a.iters, s, a.mb, per_sm)))
+                except Exception as e:   # a ring too deep for shared memory (OutOfResources): the row says so
+                    rows.append(show(dict(form=f, stages=s, per_sm=per_sm, error=f"{type(e).__name__}: {e}"[:120])))
     save(a.out, "kloop_rate.json", rows)
     return 0
 
