@@ -181,9 +181,10 @@ def _constexprs(name: str, iters: int, stages: int) -> dict:
     return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, KD=kd, num_warps=4)
 
 
-def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1) -> dict:
+def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1, programs: int = 0) -> dict:
+    """``name`` on ``programs`` CTAs (0: ``per_sm`` an SM on every SM): µs a step, the CTAs' median."""
     import torch
-    n_sm = torch.cuda.get_device_properties(0).multi_processor_count * per_sm
+    n_sm = programs or torch.cuda.get_device_properties(0).multi_processor_count * per_sm
     i8, np_, bn, fold, kd = FORMS[name]
     rows = mb * 2**20 // (kd * (1 if i8 else 2))
     a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda", kd)
@@ -191,7 +192,7 @@ def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1) -> dic
     _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, out, rows, rows, CHECK=False,
                                                            **cst), n_sm)
     step = 2 * (64 + bn) * kd * (1 if i8 else 2)
-    return dict(form=name, stages=stages, per_sm=per_sm, iters=iters, step_kb=step / 1024, products=np_,
+    return dict(form=name, stages=stages, per_sm=per_sm, programs=n_sm, iters=iters, step_kb=step / 1024, products=np_,
                 fold_every=fold,
                 us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * n_sm)
@@ -275,6 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=2048)
     ap.add_argument("--per-sm", nargs="+", type=int, default=[1], help="CTAs an SM (2: two tiles' K loops an SM, "
                                                                        "as form ws's two consumers)")
+    ap.add_argument("--programs", nargs="+", type=int, default=[0], help="CTAs in all (0: --per-sm an SM; fewer: "
+                                                                         "fewer SMs streaming, as in a launch)")
     ap.add_argument("--mb", type=int, default=8, help="MB of each L2-resident source")
     ap.add_argument("--check", action="store_true", help="GPU: each form's output tiles against the float64 "
                                                           "reference first (a row per form; a failed one is named)")
@@ -288,11 +291,11 @@ def main(argv=None) -> int:
     rows = []
     if a.check:
         rows += [show(check(f)) for f in a.forms]
-    for per_sm in a.per_sm:
+    for per_sm, progs in [(q, 0) for q in a.per_sm] + [(1, p) for p in a.programs if p]:
         for s in a.stages:
             for f in a.forms:
                 try:
-                    rows.append(show(measure(f, a.iters, s, a.mb, per_sm)))
+                    rows.append(show(measure(f, a.iters, s, a.mb, per_sm, progs)))
                 except Exception as e:   # a ring too deep for shared memory (OutOfResources): the row says so
                     rows.append(show(dict(form=f, stages=s, per_sm=per_sm, error=f"{type(e).__name__}: {e}"[:120])))
     save(a.out, "kloop_rate.json", rows)
