@@ -919,14 +919,16 @@ def test_kloop_rate_probe_compiles_for_sm90():
     """``bench.dag.kloop_rate`` (GPU only to run): a pipelined K loop's step is its scheme's products (bf16x3 three
     bf16 products of depth 64, the int8 limb forms four or three int8 ones) and its four TMA boxes, the ring's first
     stages − 1 steps issued before the loop; int8 steps take half bf16x3's shared memory; no wgmma serialized by
-    the folds (the block-scaled forms at N = 64 fit one warpgroup's registers without spilling)."""
+    the folds, nor by the overlapped fold's add under the next products (the block-scaled forms at N = 64 fit one
+    warpgroup's registers without spilling)."""
     import json
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-m", "bench.dag.kloop_rate", "--compile", "--forms", "bf16x3_n64",
-                          "i8x2_n64", "i8x2cb_n64", "i8x2cb4_n64"], capture_output=True, text=True, env=env,
+                          "i8x2_n64", "i8x2cb_n64", "i8x2cb4_n64", "i8x2cbo_n64_k128"], capture_output=True,
+                         text=True, env=env,
                          timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -934,6 +936,7 @@ def test_kloop_rate_probe_compiles_for_sm90():
     assert r["bf16x3_n64/s4"]["wgmma"] == {"m64n64k16.f32.bf16.bf16": 12}, r
     assert r["i8x2_n64/s4"]["wgmma"] == {i8: 8} and r["i8x2cb_n64/s4"]["wgmma"] == {i8: 6}, r
     assert r["i8x2cb4_n64/s4"]["wgmma"] == {i8: 24}, r      # the fold period unrolled: four steps
+    assert r["i8x2cbo_n64_k128/s4"]["wgmma"] == {i8: 12}, r  # 128 deep: four k32 wgmma a product
     for f in r.values():
         assert f["serialized"] == [] and f["spill_stores"] == 0, r
     assert r["bf16x3_n64/s4"]["tma"] == r["i8x2_n64/s4"]["tma"] == 3 * 4 + 4, r

@@ -19,6 +19,8 @@ step i − 1 used. A step's operands are two [64, 64] A boxes and two [N, 64] W 
   2^14 / 2^7 / 1 times the block's row and column scales (loaded from global memory: [blocks, 64] and [blocks, N]
   fp32, as a producer's epilogue would write them) added in; ``b4``: every fourth step (a 256-deep block,
   ``i8b256_all``).
+- ``i8x2bo_n64_k128`` / ``i8x2cbo_n64_k128``: the fold split around the next step's issue (``OVERLAP``): the
+  integers combined into fp32 before it, the scaled add after it, under its products.
 - ``…_k128``: int8 steps 128 deep ([64, 128] and [N, 128] boxes, 128-byte rows as bf16's 64-deep boxes have: the
   same bytes a step as bf16x3 for twice its K), folded at each step's end (a 128-deep block).
 
@@ -58,7 +60,13 @@ FORMS = {   # name: (int8, products a step, N, fold every n-th step (0: never), 
     "i8x2cb_n64_k128": (True, 3, 64, 1, 128),
     "i8x2b2_n64_k128": (True, 4, 64, 2, 128),
     "i8x2cb2_n64_k128": (True, 3, 64, 2, 128),
+    "i8x2bo_n64_k128": (True, 4, 64, 1, 128),
+    "i8x2cbo_n64_k128": (True, 3, 64, 1, 128),
 }
+# folds overlapped: a block's integer accumulators combined into fp32 right after their wait (before the next step's
+# products, which overwrite them), the scaled add into the fp32 accumulator only after the next step's products
+# are issued, under them
+OVERLAP = ("i8x2bo_n64_k128", "i8x2cbo_n64_k128")
 
 
 @gluon.jit
@@ -75,7 +83,7 @@ def _issue(a_d, w_d, a_ring, w_ring, bar, step, slot, a_base, w_base, a_rows, w_
 @gluon.jit
 def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: gl.constexpr, STAGES: gl.constexpr,
            BN: gl.constexpr, I8: gl.constexpr, NP: gl.constexpr, FOLD: gl.constexpr, KD: gl.constexpr,
-           CHECK: gl.constexpr, num_warps: gl.constexpr):
+           CHECK: gl.constexpr, num_warps: gl.constexpr, OVL: gl.constexpr = False):
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     NT: gl.constexpr = 32 * num_warps
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -101,6 +109,7 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
     EVERY: gl.constexpr = FOLD if FOLD else 1
     sa = gl.load(sa_ptr + rows)             # the first block's scales; each fold loads the next block's
     sw = gl.load(sw_ptr + cols)
+    part = gl.zeros([64, BN], gl.float32, layout=mma)   # OVL: the last block's combined integers, not yet added
     for i0 in range(0, ITERS, EVERY):
         for j in gl.static_range(EVERY):
             i = i0 + j
@@ -117,6 +126,11 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
                 mix = warpgroup_mma(a1, w0, mix, is_async=True)
                 if NP == 4:
                     ll = warpgroup_mma(a1, w1, ll, use_acc=fresh, is_async=True)
+                if OVL:   # the previous block's scaled add under this step's products, then this block's scales
+                    acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
+                    blk = i % 64
+                    sa = gl.load(sa_ptr + blk * 64 + rows)
+                    sw = gl.load(sw_ptr + blk * BN + cols)
                 if FOLD > 0 and j == EVERY - 1:
                     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
                 else:
@@ -135,12 +149,15 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
                 part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
                 if NP == 4:
                     part = part + ll.to(gl.float32)
-                acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
-                blk = (i // EVERY + 1) % 64
-                sa = gl.load(sa_ptr + blk * 64 + rows)
-                sw = gl.load(sw_ptr + blk * BN + cols)
+                if not OVL:
+                    acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
+                    blk = (i // EVERY + 1) % 64
+                    sa = gl.load(sa_ptr + blk * 64 + rows)
+                    sw = gl.load(sw_ptr + blk * BN + cols)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
+    if OVL:   # the last block's add
+        acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
     if CHECK:   # the CTA's output tile: the folded accumulator, or the integer ones combined (fp32)
         res = acc
         if I8 and FOLD == 0:
@@ -178,7 +195,8 @@ def _constexprs(name: str, iters: int, stages: int) -> dict:
     i8, np_, bn, fold, kd = FORMS[name]
     if fold and iters % fold:
         raise SystemExit(f"kloop_rate: {name} folds every {fold} steps: --iters must be a multiple of it")
-    return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, KD=kd, num_warps=4)
+    return dict(ITERS=iters, STAGES=stages, BN=bn, I8=i8, NP=np_, FOLD=fold, KD=kd, num_warps=4,
+                OVL=name in OVERLAP)
 
 
 def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1, programs: int = 0) -> dict:
