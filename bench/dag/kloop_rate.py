@@ -4,11 +4,13 @@
 lead needs to know is whether a K step that brings 16 KB in place of 32 takes about half the time once both run
 at once on all SMs, and what the fold of its integer accumulators into fp32 costs inside the pipelined loop.
 
-Each CTA (one an SM) streams ``--iters`` K steps of one 64-row output tile [64, N] through a ring of ``--stages``
-slots, as a pipelined Hopper GEMM does: wait for step i's slot, issue its products (async wgmma), wait until step
-i − 1's products are done (step i's left in flight), then issue the TMA loads of step i + stages − 1 into the slot
-step i − 1 used. A step's operands are two [64, 64] A boxes and two [N, 64] W boxes (K-major) of an L2-resident
-[rows, 64] tensor (``--mb``), CTA p starting at a different row, as ``feed_rate``'s. Forms (``FORMS``):
+Each CTA (one an SM; ``--per-sm 2``: two, as form ws's two consumers; ``--programs n``: n CTAs, fewer SMs streaming)
+streams ``--iters`` K steps of one 64-row output tile [64, N] through a ring of ``--stages`` slots, as a pipelined
+Hopper GEMM does: wait for step i's slot, issue its products (async wgmma), wait until step i − 1's products are
+done (step i's left in flight), then issue the TMA loads of step i + stages − 1 into the slot step i − 1 used. A
+step's operands are two [64, KD] A boxes and two [N, KD] W boxes (K-major) of an L2-resident [rows, KD] tensor
+(``--mb``; KD = 64, or 128 for ``…_k128``), CTA p starting at a different row, as ``feed_rate``'s. Forms
+(``FORMS``):
 
 - ``bf16x3_nN``: bf16 hi / lo boxes (32 KB a step at N = 64), a_lo·w_hi, a_hi·w_lo, a_hi·w_hi into one fp32
   accumulator (today's K step, ``ws_kernel._gemm_step_at``).
@@ -24,7 +26,8 @@ step i − 1 used. A step's operands are two [64, 64] A boxes and two [N, 64] W 
 - ``…_k128``: int8 steps 128 deep ([64, 128] and [N, 128] boxes, 128-byte rows as bf16's 64-deep boxes have: the
   same bytes a step as bf16x3 for twice its K), folded at each step's end (a 128-deep block).
 
-The values are random and not checked (a rate probe); the accumulators' sum is stored so that no product is dead.
+The values are random; the accumulators' sum is stored so that no product is dead, and ``--check`` first runs each
+form on 8 CTAs and 16 steps and compares their output tiles with ``reference`` (float64, the same boxes and scales).
 
     python -m bench.dag.kloop_rate --out DIR --check    # GPU: each form checked, then timed: one JSON
     python -m bench.dag.kloop_rate --compile            # CPU: each form's sm_90a wgmma, TMA copies, registers
@@ -207,12 +210,15 @@ def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1, progra
     rows = mb * 2**20 // (kd * (1 if i8 else 2))
     a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda", kd)
     cst = _constexprs(name, iters, stages)
+    ring = 2 * stages * (64 + bn) * kd * (1 if i8 else 2)
+    if n_sm > torch.cuda.get_device_properties(0).multi_processor_count and (ring + 1024) * per_sm > 232448:
+        # the CTAs would run in waves, each alone on its SM: a row that looked like one CTA an SM's
+        raise ValueError(f"{per_sm} CTAs an SM need {per_sm} x {ring} bytes of ring: fewer --stages")
     _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, out, rows, rows, CHECK=False,
                                                            **cst), n_sm)
     step = 2 * (64 + bn) * kd * (1 if i8 else 2)
-    return dict(form=name, stages=stages, per_sm=per_sm, programs=n_sm, iters=iters, step_kb=step / 1024, products=np_,
-                fold_every=fold,
-                us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
+    return dict(form=name, stages=stages, per_sm=per_sm, programs=n_sm, iters=iters, step_kb=step / 1024,
+                products=np_, fold_every=fold, us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * n_sm)
 
 
