@@ -33,14 +33,14 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   block (one more counter per layer and row block; the accesses are rewritten with the tasks, so
   ``graph.check_hazards`` proves the waits close the hazard). No producer cost (``--extra-us`` is unused).
 
-* ``i8_qkv_ffn1``, ``i8c_qkv_ffn1``, ``i8_all``, ``i8b_all``, ``i8b128_all``, ``i8b256_all``: the int8 limb schemes
-  (``bench.seqres.precision_probe``'s ``I8_SCHEMES``, the names of ``bench.dag.precision``'s rows;
+* ``i8_qkv_ffn1``, ``i8c_qkv_ffn1``, ``i8_all``, ``i8b_all``, ``i8b128_all``, ``i8cb128_all``, ``i8b256_all``: the
+  int8 limb schemes (``bench.seqres.precision_probe``'s ``I8_SCHEMES``, the names of ``bench.dag.precision``'s rows;
   docs/dag-results.md "Results" 52) on QKV and FFN1, or on all four GEMMs: each such tile re-costed with 2 bytes an
   element of A and of W (two int8 limbs, where bf16 hi/lo take 4 and ``f16_w1``'s weight 2) and its products at
   int8's twice-bf16 rate: four products a K step, 2 units of bf16 time (``i8c``: three, 1.5 units), plus
   ``--extra-us`` a tile (the epilogue's combination of the integer accumulators and scales); ``i8b``: scales per
-  64-deep (``i8b128`` / ``i8b256``: 128 / 256-deep) K block on all four GEMMs, ``--extra-us`` a block (its fold
-  into fp32). Costs only: the graph is unchanged.
+  64-deep (``i8b128`` / ``i8b256``: 128 / 256-deep; ``i8cb128``: 128-deep, three products) K block on all four
+  GEMMs, ``--extra-us`` a block (its fold into fp32). Costs only: the graph is unchanged.
 
 Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
 the order given — the K splits when the graph is built, then the attention split, then the folds one after another
@@ -96,12 +96,13 @@ def _split_gemm(kind: int, extra_us: float):
 
 
 LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold", "ln_fold_ws",
-          "i8_qkv_ffn1", "i8c_qkv_ffn1", "i8_all", "i8b_all", "i8b128_all", "i8b256_all")
+          "i8_qkv_ffn1", "i8c_qkv_ffn1", "i8_all", "i8b_all", "i8b128_all", "i8cb128_all", "i8b256_all")
 # the int8 limb levers: (GEMM kinds re-costed, products a K step in units of one bf16 product's time, the K depth a
 # scale covers: None = the whole K, the extra µs a tile; 64 / 128 / 256 = block scales, the extra µs a block's drain)
 ALL4 = (G.QKV, G.FFN1, G.OPROJ, G.FFN2)
 I8 = {"i8_qkv_ffn1": ((G.QKV, G.FFN1), 2.0, None), "i8c_qkv_ffn1": ((G.QKV, G.FFN1), 1.5, None),
       "i8_all": (ALL4, 2.0, None), "i8b_all": (ALL4, 2.0, 64), "i8b128_all": (ALL4, 2.0, 128),
+      "i8cb128_all": (ALL4, 1.5, 128),
       "i8b256_all": (ALL4, 2.0, 256)}
 
 

@@ -58,11 +58,12 @@ SCHEMES = {
     "i8b_qkv_ffn1": {"qkv": "i8x2b", "ffn1": "i8x2b"},
     "i8b_all": {"qkv": "i8x2b", "o": "i8x2b", "ffn1": "i8x2b", "ffn2": "i8x2b"},
     "i8b128_all": {"qkv": "i8x2b128", "o": "i8x2b128", "ffn1": "i8x2b128", "ffn2": "i8x2b128"},
+    "i8cb128_all": {"qkv": "i8x2cb128", "o": "i8x2cb128", "ffn1": "i8x2cb128", "ffn2": "i8x2cb128"},
     "i8b256_all": {"qkv": "i8x2b256", "o": "i8x2b256", "ffn1": "i8x2b256", "ffn2": "i8x2b256"},
 }
 # MMA work of a GEMM's scheme relative to bf16x3's three bf16 products (int8 runs at twice the bf16 rate)
 WORK = {"bf16x3": 1.0, "f16_w1": 2 / 3, "i8x2": 2 / 3, "i8x2b": 2 / 3, "i8x2b128": 2 / 3, "i8x2b256": 2 / 3,
-        "i8x2c": 0.5}
+        "i8x2c": 0.5, "i8x2cb128": 0.5}
 SCALES = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
 
 

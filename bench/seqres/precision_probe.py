@@ -89,11 +89,12 @@ def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
 # (limbs l0 in [-127, 127], l1 in [-64, 63]: two int8 tensors, 2 bytes an element where bf16 hi/lo take 4) times a
 # scale per row of a and per column of w, over the whole K ("i8x2", "i8x2c": the scale a LayerNorm task, which holds
 # whole rows, or prepare can give) or over each 64-deep K block ("i8x2b": what a tile of another producer can give; a
-# K loop then rescales its integer accumulators every block; "i8x2b128" / "i8x2b256": every 128 / 256-deep block).
+# K loop then rescales its integer accumulators every block; "i8x2b128" / "i8x2b256": every 128 / 256-deep block;
+# "i8x2cb128": 128-deep with three products, as "i8x2c").
 # int8 products are exact in int32 and twice the bf16 rate: the four limb products (2 units of bf16 time) give q_a·q_w
 # exactly; "i8x2c" leaves out l1_a·l1_w (three products, 1.5 units). The error is the quantization's, relative to each
 # row's (block's) largest element.
-I8_SCHEMES = ("i8x2", "i8x2c", "i8x2b", "i8x2b128", "i8x2b256")
+I8_SCHEMES = ("i8x2", "i8x2c", "i8x2b", "i8x2b128", "i8x2cb128", "i8x2b256")
 I8_Q = 127 * 128 + 63
 
 
@@ -117,7 +118,7 @@ def _i8_limbs(x: torch.Tensor, dim: int, block: int | None):
 def i8_matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
     """a [..., K] @ w_t [..., K, N] as the int8 limb scheme ``scheme`` computes it (float64; the limb products are
     integers, summed exactly; the block form's per-block scales applied to each block's integer sum)."""
-    block = {"i8x2b": 64, "i8x2b128": 128, "i8x2b256": 256}.get(scheme)
+    block = {"i8x2b": 64, "i8x2b128": 128, "i8x2cb128": 128, "i8x2b256": 256}.get(scheme)
     a0, a1, sa = _i8_limbs(a, -1, block)
     w0, w1, sw = _i8_limbs(w_t, -2, block)
     if block is None:
@@ -129,7 +130,10 @@ def i8_matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
     out = 0
     for k in range(0, a.shape[-1], block):
         sl = slice(k, k + block)
-        out = out + (qa[..., sl] @ qw[..., sl, :]) * sa[..., k:k + 1] * sw[..., k:k + 1, :]
+        prod = qa[..., sl] @ qw[..., sl, :]
+        if scheme == "i8x2cb128":   # three products: l1_a·l1_w left out
+            prod = prod - a1[..., sl] @ w1[..., sl, :]
+        out = out + prod * sa[..., k:k + 1] * sw[..., k:k + 1, :]
     return out
 
 
