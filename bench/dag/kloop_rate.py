@@ -44,7 +44,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-from bench.dag.mma_rate import _CLK, _NOW, _stamp, save, show, third_launch
+from bench.dag.mma_rate import _CLK, _NOW, _finish, _stamp, i8_combine, i8_products, save, show, third_launch
+from kernels.dag.ws_kernel import SHARED_LIMIT
 
 FORMS = {   # name: (int8, products a step, N, fold every n-th step (0: never), K depth a step)
     "bf16x3_n64": (False, 3, 64, 0, 64),
@@ -122,13 +123,8 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
             a1 = a_ring.index(2 * s + 1)
             w0 = w_ring.index(2 * s).permute((1, 0))
             w1 = w_ring.index(2 * s + 1).permute((1, 0))
-            if I8:
-                fresh = (FOLD == 0) or (j > 0)   # the first step after a fold starts the integers from zero
-                hh = warpgroup_mma(a0, w0, hh, use_acc=fresh, is_async=True)
-                mix = warpgroup_mma(a0, w1, mix, use_acc=fresh, is_async=True)
-                mix = warpgroup_mma(a1, w0, mix, is_async=True)
-                if NP == 4:
-                    ll = warpgroup_mma(a1, w1, ll, use_acc=fresh, is_async=True)
+            if I8:   # the first step after a fold starts the integers from zero
+                hh, mix, ll = i8_products(a0, a1, w0, w1, hh, mix, ll, (FOLD == 0) or (j > 0), NP)
                 if OVL:   # the previous block's scaled add under this step's products, then this block's scales
                     acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
                     blk = i % 64
@@ -149,9 +145,7 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
                 _issue(a_d, w_d, a_ring, w_ring, bars.index(n % STAGES), n, n % STAGES, a_base, w_base, a_rows,
                        w_rows, BN)
             if I8 and FOLD > 0 and j == EVERY - 1:
-                part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
-                if NP == 4:
-                    part = part + ll.to(gl.float32)
+                part = i8_combine(hh, mix, ll, NP)
                 if not OVL:
                     acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sw, 0)
                     blk = (i // EVERY + 1) % 64
@@ -164,16 +158,11 @@ def _kloop(a_d, w_d, sa_ptr, sw_ptr, out_ptr, tile_ptr, a_rows, w_rows, ITERS: g
     if CHECK:   # the CTA's output tile: the folded accumulator, or the integer ones combined (fp32)
         res = acc
         if I8 and FOLD == 0:
-            res = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0 + ll.to(gl.float32)
+            res = i8_combine(hh, mix, ll, NP)
         offs = gl.expand_dims(rows, 1) * BN + gl.expand_dims(cols, 0)
         gl.store(tile_ptr + pid * (64 * BN) + offs, res)
     tot = gl.sum(gl.sum(acc, axis=1), axis=0) + gl.sum(gl.sum(hh + mix + ll, axis=1), axis=0).to(gl.float32)
-    t1 = _stamp(_NOW, lay, NT)
-    c1 = _stamp(_CLK, lay, NT)
-    first = gl.arange(0, NT, layout=lay) == 0
-    gl.store(out_ptr + pid * 4 + 0 + t1 * 0, t1 - t0, mask=first)
-    gl.store(out_ptr + pid * 4 + 1 + t1 * 0, c1 - c0, mask=first)
-    gl.store(out_ptr + pid * 4 + 2 + t1 * 0, tot.to(gl.int64), mask=first)
+    _finish(out_ptr, t0, c0, tot, lay, NT)
 
 
 def _descs(i8: bool, bn: int, rows: int, device: str, kd: int = 64):
@@ -210,13 +199,12 @@ def measure(name: str, iters: int, stages: int, mb: int, per_sm: int = 1, progra
     rows = mb * 2**20 // (kd * (1 if i8 else 2))
     a_d, w_d, sa, sw, _ = _descs(i8, bn, rows, "cuda", kd)
     cst = _constexprs(name, iters, stages)
-    ring = 2 * stages * (64 + bn) * kd * (1 if i8 else 2)
-    if n_sm > torch.cuda.get_device_properties(0).multi_processor_count and (ring + 1024) * per_sm > 232448:
-        # the CTAs would run in waves, each alone on its SM: a row that looked like one CTA an SM's
-        raise ValueError(f"{per_sm} CTAs an SM need {per_sm} x {ring} bytes of ring: fewer --stages")
+    step = 2 * (64 + bn) * kd * (1 if i8 else 2)
+    if n_sm > torch.cuda.get_device_properties(0).multi_processor_count and (stages * step + 1024) * per_sm > \
+            SHARED_LIMIT:   # the CTAs would run in waves, each alone on its SM: a row that looked like one CTA an SM's
+        raise ValueError(f"{per_sm} CTAs an SM need {per_sm} x {stages * step} bytes of ring: fewer --stages")
     _, ns, cyc = third_launch(lambda out: _kloop[(n_sm, )](a_d, w_d, sa, sw, out, out, rows, rows, CHECK=False,
                                                            **cst), n_sm)
-    step = 2 * (64 + bn) * kd * (1 if i8 else 2)
     return dict(form=name, stages=stages, per_sm=per_sm, programs=n_sm, iters=iters, step_kb=step / 1024,
                 products=np_, fold_every=fold, us_per_step=ns / iters / 1e3, ghz=cyc / ns, gbs_per_sm=step * iters / ns,
                 gbs_all=step * iters / ns * n_sm)
@@ -233,23 +221,19 @@ def reference(name: str, src, sa, sw, programs: int, iters: int):
     for p in range(programs):
         a_base, w_base = (p * 977 * 64) % rows, (p * 331 * 64) % rows
         acc = torch.zeros(64, bn, dtype=torch.float64, device=src.device)
-        ints = [torch.zeros_like(acc) for _ in range(3)]
+        ints = torch.zeros_like(acc)    # the integer accumulators combined (hh 2^14 + mix 2^7 + ll): exact in float64
         for i in range(iters):
             a0, a1 = (srcp[(a_base + (2 * i + h) * 64) % rows:][:64] for h in range(2))
             w0, w1 = (srcp[(w_base + (2 * i + h) * bn) % rows:][:bn] for h in range(2))
             if not i8:
                 acc += a1 @ w0.T + a0 @ w1.T + a0 @ w0.T
                 continue
-            ints[0] += a0 @ w0.T
-            ints[1] += a0 @ w1.T + a1 @ w0.T
-            if np_ == 4:
-                ints[2] += a1 @ w1.T
+            ints += 16384 * (a0 @ w0.T) + 128 * (a0 @ w1.T + a1 @ w0.T) + (a1 @ w1.T if np_ == 4 else 0)
             if fold and (i + 1) % fold == 0:
                 blk = (i // fold) % 64
-                part = ints[0] * 16384 + ints[1] * 128 + ints[2]
-                acc += part * sa[blk * 64:(blk + 1) * 64, None].double() * sw[None, blk * bn:(blk + 1) * bn].double()
-                ints = [torch.zeros_like(acc) for _ in range(3)]
-        out[p] = acc if (fold or not i8) else ints[0] * 16384 + ints[1] * 128 + ints[2]
+                acc += ints * sa[blk * 64:(blk + 1) * 64, None].double() * sw[None, blk * bn:(blk + 1) * bn].double()
+                ints.zero_()
+        out[p] = acc if (fold or not i8) else ints
     return out
 
 

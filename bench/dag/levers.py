@@ -102,8 +102,7 @@ LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj
 ALL4 = (G.QKV, G.FFN1, G.OPROJ, G.FFN2)
 I8 = {"i8_qkv_ffn1": ((G.QKV, G.FFN1), 2.0, None), "i8c_qkv_ffn1": ((G.QKV, G.FFN1), 1.5, None),
       "i8_all": (ALL4, 2.0, None), "i8b_all": (ALL4, 2.0, 64), "i8b128_all": (ALL4, 2.0, 128),
-      "i8cb128_all": (ALL4, 1.5, 128),
-      "i8b256_all": (ALL4, 2.0, 256)}
+      "i8cb128_all": (ALL4, 1.5, 128), "i8b256_all": (ALL4, 2.0, 256)}
 
 
 def recost_i8(g, kinds, units: float, block, extra_us: float) -> None:

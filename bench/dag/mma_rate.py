@@ -144,6 +144,28 @@ def _rate_step(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr,
 
 
 @gluon.jit
+def i8_products(a0, a1, w0, w1, hh, mix, ll, fresh, NP: gl.constexpr):
+    """One int8 limb K step's async products (``precision_probe.I8_SCHEMES``): a0·w0 into ``hh``, a0·w1 and a1·w0
+    into ``mix`` (the same weight, 2^7), a1·w1 into ``ll`` with NP = 4 (NP = 3: left out); ``fresh`` false starts
+    the integer accumulators from zero (the first step after a fold)."""
+    hh = warpgroup_mma(a0, w0, hh, use_acc=fresh, is_async=True)
+    mix = warpgroup_mma(a0, w1, mix, use_acc=fresh, is_async=True)
+    mix = warpgroup_mma(a1, w0, mix, is_async=True)
+    if NP == 4:
+        ll = warpgroup_mma(a1, w1, ll, use_acc=fresh, is_async=True)
+    return hh, mix, ll
+
+
+@gluon.jit
+def i8_combine(hh, mix, ll, NP: gl.constexpr):
+    """The integer accumulators of ``i8_products`` (waited for) as one fp32 tile: hh · 2^14 + mix · 2^7 (+ ll)."""
+    part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+    if NP == 4:
+        part = part + ll.to(gl.float32)
+    return part
+
+
+@gluon.jit
 def _rate_step_i8(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constexpr, num_warps: gl.constexpr,
                   DRAIN: gl.constexpr = 0):
     """The int8 limb schemes' K step on 64-row tiles (``precision_probe.I8_SCHEMES``; docs/dag-results.md "Results"
@@ -178,17 +200,10 @@ def _rate_step_i8(out_ptr, ITERS: gl.constexpr, BN: gl.constexpr, NP: gl.constex
     for i in range(ITERS // EVERY):
         for j in gl.static_range(EVERY):
             # the first step after a fold starts the integer accumulators from zero
-            hh = warpgroup_mma(a0, w0, hh, use_acc=(DRAIN == 0) or (j > 0), is_async=True)
-            mix = warpgroup_mma(a0, w1, mix, use_acc=(DRAIN == 0) or (j > 0), is_async=True)
-            mix = warpgroup_mma(a1, w0, mix, is_async=True)
-            if NP == 4:
-                ll = warpgroup_mma(a1, w1, ll, use_acc=(DRAIN == 0) or (j > 0), is_async=True)
+            hh, mix, ll = i8_products(a0, a1, w0, w1, hh, mix, ll, (DRAIN == 0) or (j > 0), NP)
             if DRAIN > 0 and j == EVERY - 1:
                 hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))
-                part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
-                if NP == 4:
-                    part = part + ll.to(gl.float32)
-                acc = acc + part * scale
+                acc = acc + i8_combine(hh, mix, ll, NP) * scale
             else:
                 hh, mix, ll = warpgroup_mma_wait(NP, deps=(hh, mix, ll))
     hh, mix, ll = warpgroup_mma_wait(0, deps=(hh, mix, ll))

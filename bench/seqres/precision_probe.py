@@ -121,17 +121,13 @@ def i8_matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
     block = {"i8x2b": 64, "i8x2b128": 128, "i8x2cb128": 128, "i8x2b256": 256}.get(scheme)
     a0, a1, sa = _i8_limbs(a, -1, block)
     w0, w1, sw = _i8_limbs(w_t, -2, block)
-    if block is None:
-        prod = (128 * a0 + a1) @ (128 * w0 + w1)
-        if scheme == "i8x2c":
-            prod = prod - a1 @ w1
-        return prod * sa[..., :1] * sw[..., :1, :]
+    block = block or a.shape[-1]    # a scale over the whole K: one block
     qa, qw = 128 * a0 + a1, 128 * w0 + w1
     out = 0
     for k in range(0, a.shape[-1], block):
         sl = slice(k, k + block)
         prod = qa[..., sl] @ qw[..., sl, :]
-        if scheme == "i8x2cb128":   # three products: l1_a·l1_w left out
+        if scheme in ("i8x2c", "i8x2cb128"):   # three products: l1_a·l1_w left out
             prod = prod - a1[..., sl] @ w1[..., sl, :]
         out = out + prod * sa[..., k:k + 1] * sw[..., k:k + 1, :]
     return out
