@@ -841,3 +841,80 @@ def test_layernorm_rows_one_a_warp_reduce_without_cta_barriers():
     memory and CTA barriers. Case 4's kernel both ways: fewer ``bar.sync``, no spills, no serialized wgmma."""
     on, off = _toggled("LN_ROW_WARPS", r"\bbar\.sync")
     assert on < off, (on, off)
+
+
+I8 = ("form=ws", "scheme_qkv=i8x2cb128", "scheme_ffn1=i8x2cb128")
+
+
+def test_int8_limb_scheme_compiles_on_qkv_and_ffn1():
+    """``i8x2cb128`` on QKV and FFN1 (case 3's tuned 6-slot ring at block_n 64): each K step 128 deep, three int8
+    wgmma (m64n64k32 s8 · s8 → s32; 3 products x 4 k32 steps = 12 for each of the two kinds' bodies, or one body when
+    both kinds share it) beside the other GEMMs' bf16 and the attention's; A's two limb boxes and the row-scale box
+    by TMA; shared memory a 256-byte scale row a slot more (``ws_shared_bytes(..., i8=True)``), within one CTA per
+    SM; ptxas neither spills nor serializes the wgmma."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "3", "--stages", "6"]
+    for kv in I8:
+        cmd += ["--param", kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    assert r["schemes"] == ["i8x2cb128", "bf16x3", "i8x2cb128", "bf16x3"], r
+    assert r["i8_wgmma"] == 12 and r["wgmma_shapes"] == {"m64n64k16": 72}, r
+    assert r["shared"] == K.ws_shared_bytes(6, 64, i8=True) == K.ws_shared_bytes(6, 64) + 6 * 256, r
+    assert r["shared"] <= K.SHARED_LIMIT, r
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
+    assert r["mbarriers_in_scratch"] == [], r
+
+
+def test_int8_limb_scheme_is_refused_where_it_cannot_run():
+    """``i8x2cb128`` needs A's block scales from a producer that holds whole rows (the LayerNorm tasks: QKV's and
+    FFN1's A), one consumer on 64-row tiles, form ws and D a multiple of 128: each refusal names the fix."""
+    from kernels.validate import ParameterError
+    chk = lambda **kw: host.check_params(dict(dict(form="ws"), **kw))   # noqa: E731
+    chk(scheme_qkv="i8x2cb128", scheme_ffn1="i8x2cb128")
+    for bad in (dict(scheme_o="i8x2cb128"), dict(scheme_ffn2="i8x2cb128"), dict(scheme_qkv="i8x2cb128", form="tl"),
+                dict(scheme_ffn1="i8x2cb128", block_m=128), dict(scheme_qkv="i8x2cb128", ws_consumers=2)):
+        with pytest.raises(ParameterError, match=r"i8x2cb128 runs on form ws with block_m 64 and one consumer.*set"):
+            chk(**bad)
+    case = SimpleNamespace(tokens=256, D=576, L=1, S=256, name="d576")
+    t = SimpleNamespace(scheme_qkv="i8x2cb128", scheme_ffn1="f16_w1", block_m=64)
+    with pytest.raises(Unsupported, match="D=576 is not a multiple of 128.*scheme_qkv / scheme_ffn1: bf16x3"):
+        host.check_envelope(case, t)
+    # the scale rows fit beside the widest rings that fit without them
+    assert K.max_ws_stages(64, i8=True) == 6 and K.max_ws_stages(128, i8=True) == 4
+
+
+def test_int8_limb_weights_and_buffers():
+    """``host._i8_weight``: the limbs of each column's 128-deep K blocks as K-major int8 [bn, 128] tiles, l0 in
+    [-127, 127], l1 in [-64, 63], and (128 · l0 + l1) · scale within half a step of the weight (and the fp32
+    rounding of the scale; the scale the block's largest |w| over I8_Q, as ``split.i8_limbs``); the A buffers are the [M, 2D] limbs and the [D / 128, M] scales,
+    whose TMA boxes are [64, 128] int8 (128-byte swizzle, as a bf16 box's rows) and [1, 64] fp32 (unswizzled)."""
+    from kernels.common.split import I8_Q
+    torch.manual_seed(0)
+    L, nb, Kd, bn = 2, 3, 256, 64
+    w = torch.randn(L, nb, Kd, bn) * torch.logspace(-2, 2, Kd)[None, None, :, None]
+    hi, lo, s = host._i8_weight(w)
+    assert hi.shape == lo.shape == (L, nb, Kd // 128, bn, 128) and hi.dtype == lo.dtype == torch.int8
+    assert s.shape == (L, Kd // 128, nb * bn) and s.dtype == torch.float32
+    assert hi.abs().max() <= 127 and lo.min() >= -64 and lo.max() <= 63
+    q = (128 * hi.double() + lo.double()).transpose(3, 4).reshape(L, nb, Kd, bn)   # back to [L, nb, K, bn]
+    sc = s.double().reshape(L, Kd // 128, nb, bn).permute(0, 2, 1, 3).repeat_interleave(128, 2)
+    assert ((q * sc - w.double()).abs() <= sc * (0.5 + I8_Q * 2.0 ** -23)).all()   # (the scale stored in fp32)
+    top = w.abs().reshape(L, nb, Kd // 128, 128, bn).amax(3)
+    assert torch.allclose(s.double().reshape(L, Kd // 128, nb, bn).permute(0, 2, 1, 3), top.double() / I8_Q,
+                          rtol=1e-6)
+    assert host._part_shape((512, 768), "i8x2cb128", True, "hi") == (512, 1536)
+    assert host._part_shape((512, 768), "i8x2cb128", True, "lo") == (6, 512)
+    assert host._part_dtype("i8x2cb128", True, "lo") == torch.float32
+    assert host._part_dtype("i8x2cb128", True, "lo", slab=True) == torch.int8
+    d = K.descriptors(dict(
+        {f"{n}_{p}_ptr": torch.empty(64, 64, dtype=torch.bfloat16) for n in K.A_BUFS + K.W_BUFS + ("qkv",)
+         for p in ("hi", "lo")},
+        ln1_hi_ptr=torch.empty(128, 1536, dtype=torch.int8), ln1_lo_ptr=torch.empty(6, 128),
+        wqkv_hi_ptr=torch.empty(1, 36, 6, 64, 128, dtype=torch.int8),
+        wqkv_lo_ptr=torch.empty(1, 36, 6, 64, 128, dtype=torch.int8)))
+    assert d[0].block_shape == [64, 128] and d[0].layout.swizzle_byte_width == 128
+    assert d[1].block_shape == [1, 64] and d[1].layout.swizzle_byte_width == 0
+    assert d[8].block_shape == d[9].block_shape == [64, 128]

@@ -40,7 +40,8 @@ model, σ = 0.1, 0.3 µs a ticket, 0.6 µs a link, as "Results" 8).
   int8's twice-bf16 rate: four products a K step, 2 units of bf16 time (``i8c``: three, 1.5 units), plus
   ``--extra-us`` a tile (the epilogue's combination of the integer accumulators and scales); ``i8b``: scales per
   64-deep (``i8b128`` / ``i8b256``: 128 / 256-deep; ``i8cb128``: 128-deep, three products) K block on all four
-  GEMMs, ``--extra-us`` a block (its fold into fp32). Costs only: the graph is unchanged.
+  GEMMs (``i8cb128_qkv_ffn1``: on the two whose A a LayerNorm task writes, the GEMMs a 128-deep block fits on every
+  case), ``--extra-us`` a block (its fold into fp32). Costs only: the graph is unchanged.
 
 Levers compose: ``--lever`` takes several, each as ``name`` or ``name:extra_us`` (its own ``--extra-us``), applied in
 the order given — the K splits when the graph is built, then the attention split, then the folds one after another
@@ -96,13 +97,15 @@ def _split_gemm(kind: int, extra_us: float):
 
 
 LEVERS = ("qkv_split2", "ffn1_split2", "attn_kv_split", "ffn_fused", "attn_oproj", "ln_fold", "ln_fold_ws",
-          "i8_qkv_ffn1", "i8c_qkv_ffn1", "i8_all", "i8b_all", "i8b128_all", "i8cb128_all", "i8b256_all")
+          "i8_qkv_ffn1", "i8c_qkv_ffn1", "i8_all", "i8b_all", "i8b128_all", "i8cb128_all", "i8b256_all",
+          "i8cb128_qkv_ffn1")
 # the int8 limb levers: (GEMM kinds re-costed, products a K step in units of one bf16 product's time, the K depth a
 # scale covers: None = the whole K, the extra µs a tile; 64 / 128 / 256 = block scales, the extra µs a block's drain)
 ALL4 = (G.QKV, G.FFN1, G.OPROJ, G.FFN2)
 I8 = {"i8_qkv_ffn1": ((G.QKV, G.FFN1), 2.0, None), "i8c_qkv_ffn1": ((G.QKV, G.FFN1), 1.5, None),
       "i8_all": (ALL4, 2.0, None), "i8b_all": (ALL4, 2.0, 64), "i8b128_all": (ALL4, 2.0, 128),
-      "i8cb128_all": (ALL4, 1.5, 128), "i8b256_all": (ALL4, 2.0, 256)}
+      "i8cb128_all": (ALL4, 1.5, 128), "i8b256_all": (ALL4, 2.0, 256),
+      "i8cb128_qkv_ffn1": ((G.QKV, G.FFN1), 1.5, 128)}
 
 
 def recost_i8(g, kinds, units: float, block, extra_us: float) -> None:

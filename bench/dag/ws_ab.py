@@ -73,6 +73,9 @@ def main(argv=None):
                     help='a name and "[tuned] param=value ... @CONSTEXPR=value ..."; the first is the baseline')
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--margin", type=int, default=0,
+                    help="then SPEC §4's margin of each variant without constexpr overrides: this many unseen inputs "
+                         "at its worst gate scale (bench.dag.check_gpu.margin)")
     a = ap.parse_args(argv)
     from kernels import load_case
     plans = []   # every case's variants parsed before the GPU is touched: a bad spec fails at once
@@ -122,7 +125,8 @@ def run_case(case, variants: list, a) -> None:
                    prepare_s=round(time.perf_counter() - t0, 1), registers=p.info.get("registers"),
                    spills=p.info.get("spills"))
         rec["gate"] = _gate_all(case, w, lambda x, p=p: host.run(p, x), refs)
-        rec["gate"].pop("runs")
+        runs = rec["gate"].pop("runs")
+        rec["gate"]["worst_scale"] = max(runs, key=lambda r: r["max_over_tol"])["scale"]
         print(json.dumps(rec), flush=True)
         recs.append(rec)
         fns[name] = (lambda x, p=p: host.run(p, x))
@@ -136,6 +140,13 @@ def run_case(case, variants: list, a) -> None:
                    rounds=len(ts), vs_first=round(med / base, 4))
         print(json.dumps({k: rec[k] for k in ("case", "variant", "median_ms", "min_ms", "p90_ms", "vs_first")}),
               flush=True)
+    if a.margin:
+        from bench.dag.check_gpu import margin
+        for rec in recs:
+            if not rec["constexprs"]:
+                m = margin(case, dict(rec["params"], tune="off"), w, a.margin, rec["gate"]["worst_scale"])
+                rec["margin"] = {k: m[k] for k in m if not isinstance(m[k], (list, dict))}
+                print(json.dumps(dict(case=case.name, variant=rec["variant"], margin=rec["margin"])), flush=True)
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"ws_ab_{case.name}.json")
     tmp = path + ".tmp"

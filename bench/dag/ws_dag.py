@@ -773,7 +773,7 @@ def compile_case(cid, stages: int = STAGES_DEFAULT, params: dict | None = None, 
                              ("w1", t.scheme_ffn1, 4 * D, D, t.block_n_ffn1),
                              ("w2", t.scheme_ffn2, D, 4 * D, t.block_n_ffn2)):
         for part in ("hi", "lo"):   # host._slabs: [L, N / block_n, K, block_n] (host._weight_parts)
-            dtypes[f"{n}_{part}"] = host._part_dtype(sch, True, part)
+            dtypes[f"{n}_{part}"] = host._part_dtype(sch, True, part, slab=True)
             shapes[f"{n}_{part}"] = host._part_shape((L, -(-N // bn), K, bn), sch, True, part, slab=True)
     return compile_for_sm90(mw, dtypes, shapes), case, g, t, mw, dtypes, shapes
 
@@ -791,6 +791,7 @@ def compile_report(cases=("2", "12"), stages: int = STAGES_DEFAULT, params: dict
                    shared=k.metadata.shared, tasks=len(g.tasks), max_waits=g.max_waits, max_signals=g.max_signals,
                    schemes=[t.scheme_qkv, t.scheme_o, t.scheme_ffn1, t.scheme_ffn2],
                    wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
+                   i8_wgmma=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.s32\.s8\.s8", ptx)),
                    wgmma_shapes=dict(sorted(collections.Counter(re.findall(
                        r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)).items())),
                    red_release=ptx.count("red.release.gpu"), ld_acquire=ptx.count("ld.acquire.gpu"),

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.cases import SCHEME_GEMMS, list_cases, load_case
+from kernels.common.split import I8_Q, i8_limbs
 from kernels.gate import default_gate_config, gate
 from kernels.reference import LN_EPS, reference_forward
 from kernels.weights import make_input, make_weights
@@ -95,22 +96,11 @@ def matmul(a: torch.Tensor, w_t: torch.Tensor, scheme: str) -> torch.Tensor:
 # exactly; "i8x2c" leaves out l1_a·l1_w (three products, 1.5 units). The error is the quantization's, relative to each
 # row's (block's) largest element.
 I8_SCHEMES = ("i8x2", "i8x2c", "i8x2b", "i8x2b128", "i8x2cb128", "i8x2b256")
-I8_Q = 127 * 128 + 63
 
 
 def _i8_limbs(x: torch.Tensor, dim: int, block: int | None):
-    """x (float64) -> (l0, l1, scale): x ≈ scale · (128 · l0 + l1), the scale per slice along ``dim`` (or per
-    ``block``-long piece of it) mapping its largest |x| to I8_Q."""
-    xt = x.movedim(dim, -1)
-    n = xt.shape[-1]
-    if block and n % block:
-        raise ValueError(f"i8 block {block} does not divide K = {n}")
-    pieces = xt.unflatten(-1, (n // block, block)) if block else xt.unsqueeze(-2)
-    m = pieces.abs().amax(-1, keepdim=True)
-    scale = (torch.where(m > 0, m, torch.ones_like(m)) / I8_Q).expand_as(pieces).flatten(-2).movedim(-1, dim)
-    q = torch.round(x / scale).clamp(-I8_Q, I8_Q)
-    l0 = torch.floor(q / 128 + 0.5)
-    l1 = q - 128 * l0
+    """``kernels.common.split.i8_limbs``, with the limbs' ranges checked."""
+    l0, l1, scale = i8_limbs(x, dim, block)
     assert l0.abs().max() <= 127 and l1.min() >= -64 and l1.max() <= 63
     return l0, l1, scale
 

@@ -21,3 +21,26 @@ def f8_weight_scale(amax: torch.Tensor) -> torch.Tensor:
     """f16f8's weight scale s for weights of max |w| ``amax`` (a tensor, any shape): the power of two that puts
     max |w| · s at or below ``F8_W_MAX`` (and above half of it)."""
     return torch.exp2(torch.floor(torch.log2(F8_W_MAX / amax.clamp_min(torch.finfo(torch.float32).tiny))))
+
+
+# int8 limbs (the dag family's form ws, scheme i8x2cb128; bench/seqres/precision_probe's I8_SCHEMES): a value as
+# scale · (128 · l0 + l1), l0 in [-127, 127] and l1 in [-64, 63] two int8 tensors, the integer at most I8_Q
+I8_Q = 127 * 128 + 63
+
+
+def i8_limbs(x: torch.Tensor, dim: int, block: int | None):
+    """x -> (l0, l1, scale) in float64: x ≈ scale · (128 · l0 + l1), the scale per slice along ``dim`` (or per
+    ``block``-long piece of it) mapping its largest |x| to I8_Q (a slice of zeros: 1 / I8_Q), q = round(x / scale)
+    (half to even), l0 = floor(q / 128 + 1/2), l1 = q − 128 · l0."""
+    x = x.double()
+    xt = x.movedim(dim, -1)
+    n = xt.shape[-1]
+    if block and n % block:
+        raise ValueError(f"i8 block {block} does not divide K = {n}")
+    pieces = xt.unflatten(-1, (n // block, block)) if block else xt.unsqueeze(-2)
+    m = pieces.abs().amax(-1, keepdim=True)
+    scale = (torch.where(m > 0, m, torch.ones_like(m)) / I8_Q).expand_as(pieces).flatten(-2).movedim(-1, dim)
+    q = torch.round(x / scale).clamp(-I8_Q, I8_Q)
+    l0 = torch.floor(q / 128 + 0.5)
+    l1 = q - 128 * l0
+    return l0, l1, scale

@@ -31,7 +31,7 @@ from ..validate import ParameterError
 
 KINDS = ("ln1", "qkv", "attn", "oproj", "ln2", "ffn1", "ffn2", "lnf")
 LN1, QKV, ATTN, OPROJ, LN2, FFN1, FFN2, LNF = range(len(KINDS))
-SCHEMES = ("bf16x3", "f16_w1", "f16f8")   # f16f8: form ws only (host.check_params)
+SCHEMES = ("bf16x3", "f16_w1", "f16f8", "i8x2cb128")   # f16f8, i8x2cb128: form ws only (host.check_params)
 ORDERS = ("critical", "layer")
 
 
@@ -226,8 +226,9 @@ def gemm_cost(rows: int, cols: int, k: int, products: int, a_bytes: int = 4, w_b
 
 def _products(scheme: str) -> tuple[int, int]:
     """(MMA products per K step, weight bytes per element) of a scheme (f16f8: one fp16 product and two fp8 ones at
-    twice the rate, the weight in fp16 + two fp8 parts)."""
-    return {"bf16x3": (3, 4), "f16_w1": (2, 2), "f16f8": (2, 4)}[scheme]
+    twice the rate, the weight in fp16 + two fp8 parts; i8x2cb128: three int8 products at twice the rate, two int8
+    limbs)."""
+    return {"bf16x3": (3, 4), "f16_w1": (2, 2), "f16f8": (2, 4), "i8x2cb128": (1.5, 2)}[scheme]
 
 
 class _Builder:

@@ -13,7 +13,7 @@ import triton
 
 from ..cases import Case, variant_params
 from ..common.occupancy import occupancy
-from ..common.split import F8_A_SCALE, f8_weight_scale, split_hi_lo
+from ..common.split import F8_A_SCALE, f8_weight_scale, i8_limbs, split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..registry import Unsupported
@@ -89,6 +89,13 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: form ws: {f8[0]}=f16f8 with block_m 128 needs two consumers (four accumulators a "
                              "128-row tile; one warpgroup holding them serializes its wgmma, "
                              f"docs/dag-results.md \"Results\" 43): set ws_consumers: 2 or {f8[0]}: bf16x3")
+    i8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == "i8x2cb128"]
+    if i8 and (o["form"] != "ws" or i8[0] not in ("scheme_qkv", "scheme_ffn1") or o["block_m"] != 64
+               or o["ws_consumers"] != 1):
+        raise ParameterError(f"dag: {i8[0]}=i8x2cb128 runs on form ws with block_m 64 and one consumer, on QKV and "
+                             "FFN1 only (int8 limbs with a scale a row and 128-deep K block, which only a LayerNorm "
+                             "task, holding whole rows, can give; ws_kernel.py): set form: ws, block_m: 64, "
+                             f"ws_consumers: 1, or {i8[0]}: bf16x3")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
     return o
@@ -138,6 +145,9 @@ def check_envelope(case: Case, t: G.Tiling) -> None:
     if 3 * L * M * D > INT32_MAX or 4 * L * D * D > INT32_MAX or 4 * M * D > INT32_MAX:
         raise Unsupported(f"dag: {case.name} is too large for the kernel's int32 offsets (L*3*B*S*D = "
                           f"{3 * L * M * D}); use hybrid")
+    if D % I8_BLOCK and I8 in (t.scheme_qkv, t.scheme_ffn1):
+        raise Unsupported(f"dag: {case.name}: D={D} is not a multiple of {I8_BLOCK}, the K block of {I8}'s scales; "
+                          "set scheme_qkv / scheme_ffn1: bf16x3")
     waits = -(-case.S // t.block_m) + 1
     if waits > MAX_WAITS_LIMIT:
         raise Unsupported(f"dag: {case.name}: an attention task would wait for {waits} row blocks of "
@@ -223,6 +233,21 @@ def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
 
 
 F8 = torch.float8_e4m3fn
+I8 = "i8x2cb128"     # int8 limbs, a scale a row (column) and 128-deep K block (form ws, QKV and FFN1)
+I8_BLOCK = 128
+
+
+def _i8_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """I8's weight from fp32 slabs [L, N / bn, K, bn]: the limbs l0, l1 (``split.i8_limbs``, a scale a column and
+    128-deep K block) as int8 [L, N / bn, K / 128, bn, 128], per K step a K-major [bn, 128] tile (int8 wgmma reads
+    its B operand K-major), and the scales fp32 [L, K / 128, N] (N = N / bn · bn)."""
+    L, nb, K, bn = w.shape
+    l0, l1, s = i8_limbs(w, 2, I8_BLOCK)
+
+    def tiles(x):
+        return x.reshape(L, nb, K // I8_BLOCK, I8_BLOCK, bn).transpose(3, 4).contiguous().to(torch.int8)
+    scales = s[:, :, ::I8_BLOCK, :].permute(0, 2, 1, 3).reshape(L, K // I8_BLOCK, nb * bn)
+    return tiles(l0), tiles(l1), scales.float().contiguous()
 
 
 def _weight_parts(w: torch.Tensor, scheme: str, gpu: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -259,6 +284,12 @@ def _part_shape(shape: tuple, scheme: str, gpu: bool, part: str, slab: bool = Fa
     """The shape of a split part of an fp32 tensor of ``shape``: the same, but f16f8's lo part on the GPU — an A
     buffer's [..., 2D] (per 64 columns the fp8 lo parts, then the hi parts: ``_buffers``), a weight slab's
     [L, N / bn, K / 64, bn, 128] (``_weight_parts``, slab=True)."""
+    if scheme == I8 and slab:   # the limbs l0 (hi), l1 (lo), per 128-deep K step a K-major tile (``_i8_weight``)
+        L, nb, K, bn = shape
+        return (L, nb, K // I8_BLOCK, bn, I8_BLOCK)
+    if scheme == I8:   # an A buffer: hi the [..., 2D] limbs (per 128 columns l0, then l1), lo the [D / 128, rows]
+        #                scales
+        return (shape[-1] // I8_BLOCK, *shape[:-1]) if part == "lo" else (*shape[:-1], 2 * shape[-1])
     if scheme != "f16f8" or part != "lo" or not gpu:
         return tuple(shape)
     if slab:
@@ -267,7 +298,9 @@ def _part_shape(shape: tuple, scheme: str, gpu: bool, part: str, slab: bool = Fa
     return (*shape[:-1], 2 * shape[-1])
 
 
-def _part_dtype(scheme: str, gpu: bool, part: str = "hi") -> torch.dtype:
+def _part_dtype(scheme: str, gpu: bool, part: str = "hi", slab: bool = False) -> torch.dtype:
+    if scheme == I8:   # (form ws only: no CPU kernel) the limbs int8, an A buffer's lo part its fp32 scales
+        return torch.int8 if part == "hi" or slab else torch.float32
     if not gpu:
         return torch.float32
     if scheme == "f16f8":
@@ -284,7 +317,8 @@ def _buffers(case: Case, t: G.Tiling, dev, gpu: bool) -> dict:
     for name, shape, scheme in (("ln1", (M, D), t.scheme_qkv), ("qkv", (L, 3, B, H, S, case.dh), "bf16x3"),
                                 ("att", (M, D), t.scheme_o), ("ln2", (M, D), t.scheme_ffn1),
                                 ("f", (4, M, D), t.scheme_ffn2)):
-        out[f"{name}_hi_ptr"] = torch.empty(shape, device=dev, dtype=_part_dtype(scheme, gpu))
+        out[f"{name}_hi_ptr"] = torch.empty(_part_shape(shape, scheme, gpu, "hi"), device=dev,
+                                            dtype=_part_dtype(scheme, gpu))
         out[f"{name}_lo_ptr"] = torch.empty(_part_shape(shape, scheme, gpu, "lo"), device=dev,
                                             dtype=_part_dtype(scheme, gpu, "lo"))
     return out
@@ -296,9 +330,16 @@ def _weight_tensors(weights: Weights, t: G.Tiling, gpu: bool) -> dict:
     for arg, name, scheme, bn in (("wqkv", "w_qkv", t.scheme_qkv, t.block_n_qkv), ("wo", "w_o", t.scheme_o, t.block_n_o),
                                   ("w1", "w_1", t.scheme_ffn1, t.block_n_ffn1),
                                   ("w2", "w_2", t.scheme_ffn2, t.block_n_ffn2)):
-        out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"], i = _weight_parts(_slabs(weights, name, bn), scheme, gpu)
+        slabs = _slabs(weights, name, bn)
+        if scheme == I8:   # (QKV, FFN1: host.check_params) the limbs and their column scales [L, K / 128, N]
+            out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"], out[f"{arg}_s_ptr"] = _i8_weight(slabs)
+            i = torch.ones(slabs.shape[0])
+        else:
+            out[f"{arg}_hi_ptr"], out[f"{arg}_lo_ptr"], i = _weight_parts(slabs, scheme, gpu)
         inv.append(i)
     dev = out["wqkv_hi_ptr"].device
+    for arg in ("wqkv", "w1"):   # (one element where the GEMM is not I8: the kernel takes the pointer unread)
+        out[f"{arg}_s_ptr"] = out.get(f"{arg}_s_ptr", torch.ones(1)).to(dev)
     out["f8s_ptr"] = torch.stack(inv, 1).contiguous().to(dev)   # [L, 4]: QKV, O, FFN1, FFN2 (form ws)
     for arg, name in (("ln1w", "ln1_w"), ("ln1b", "ln1_b"), ("bqkv", "b_qkv"), ("bo", "b_o"), ("ln2w", "ln2_w"),
                       ("ln2b", "ln2_b"), ("b1", "b_1"), ("b2", "b_2")):

@@ -142,6 +142,9 @@ from ..validate import ParameterError
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
 T64 = gl.constexpr(TILE)
 F8_A_SCALE = gl.constexpr(split.F8_A_SCALE)   # f16f8: A's lo part stored as fp8(lo * 2^11)
+I8 = gl.constexpr("i8x2cb128")   # the int8 limb scheme (QKV and FFN1: their A comes whole-row from a LayerNorm task)
+I8_Q = gl.constexpr(split.I8_Q)   # its largest integer 128 · l0 + l1 (split.i8_limbs)
+I8_K = gl.constexpr(128)       # its K step and scale block
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
 FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
@@ -158,6 +161,7 @@ _SMID = gl.constexpr("mov.u32 $0, %smid;")
 _EX2 = gl.constexpr("ex2.approx.ftz.f32 $0, $1;")
 # fp32 -> bf16, round to nearest even, two elements an instruction ($1 the low half, $2 the high)
 _CVT_BF16X2 = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
+_CVT_RNI = gl.constexpr("cvt.rni.s32.f32 $0, $1;")   # fp32 -> int32, round to nearest even
 
 
 
@@ -348,16 +352,21 @@ def _take(ring, full, free, base, i, lay: gl.constexpr):
 
 @gluon.jit
 def _gemm_geom(kind, l, m, n, s, M: gl.constexpr, D: gl.constexpr, K_CHUNK_O: gl.constexpr,
-               K_CHUNK_FFN2: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr):
+               K_CHUNK_FFN2: gl.constexpr, BN: gl.constexpr, BN_Q: gl.constexpr, SCHEME_QKV: gl.constexpr,
+               SCHEME_FFN1: gl.constexpr):
     """GEMM task (kind, layer l, tile (m, n), K split s): K of the GEMM, its split's first K column k0, its K steps
-    and the first row of its weight slab's K range in the [L * N / bn * K, bn] view of the slabs (bn = the kind's
-    block_n: BN_Q for QKV, BN for the others; column tile n is slab n, host._slabs)."""
+    (64 deep; ``I8`` on QKV / FFN1: 128 deep) and the first row of its weight slab's K range in the
+    [L * N / bn * K, bn] view of the slabs (bn = the kind's block_n: BN_Q for QKV, BN for the others; column tile n
+    is slab n, host._slabs)."""
     K = gl.where(kind == 6, 4 * D, D)
     N = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
     kc = gl.where(kind == 3, K_CHUNK_O, gl.where(kind == 6, K_CHUNK_FFN2, K))
     k0 = s * kc
     k_end = gl.minimum(k0 + kc, K)
     steps = (k_end - k0 + T64 - 1) // T64
+    if SCHEME_QKV == I8 or SCHEME_FFN1 == I8:   # (host: D a multiple of 128 then)
+        i8 = ((kind == 1) & (SCHEME_QKV == I8)) | ((kind == 5) & (SCHEME_FFN1 == I8))
+        steps = gl.where(i8, steps // 2, steps)
     if BN_Q == BN:
         wrow = (l * ((N + BN - 1) // BN) + n) * K + k0
     else:
@@ -369,11 +378,18 @@ def _gemm_geom(kind, l, m, n, s, M: gl.constexpr, D: gl.constexpr, K_CHUNK_O: gl
 @gluon.jit
 def _ring_views(ring, SCHEME: gl.constexpr, STAGES: gl.constexpr, RN: gl.constexpr, BN: gl.constexpr):
     """The ring's four tiles ([STAGES, 64, 64] A, [STAGES, 64, RN] W) as the scheme's element type (bf16; f16_w1:
-    fp16, same bytes); a GEMM of tiles narrower than the ring (BN < RN: QKV at 64 beside 128-wide others) sees
-    the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's (``_w_views``, as the
-    attention's v: the loader's TMA and the consumer's wgmma go through the same view)."""
-    a_hi, a_lo, w_hi, w_lo = ring
-    if SCHEME == "f16f8":   # (a_hi fp16, A's fp8 [lo | hi] pair, w_hi fp16, W's fp8 [hi | lo] pair K-major)
+    fp16, same bytes; ``I8``: int8 limbs 128 deep, A [64, 128] and W K-major [BN, 128] in the same bytes: a 64-deep
+    bf16 tile's 128-byte rows, one swizzle); a GEMM of tiles narrower than the ring (BN < RN: QKV at 64 beside
+    128-wide others) sees the W part as [STAGES * RN / BN, 64, BN] tiles and uses the first of each slot's
+    (``_w_views``, as the attention's v: the loader's TMA and the consumer's wgmma go through the same view)."""
+    a_hi, a_lo, w_hi, w_lo, a_sc = ring
+    if SCHEME == I8:   # (A's limbs l0, l1 [64, 128] int8, W's l0, l1 [BN, 128] int8 K-major: the same bytes a slot)
+        l8i: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+        a_hi = a_hi._reinterpret(gl.int8, [a_hi.shape[0], T64, I8_K], l8i)
+        a_lo = a_lo._reinterpret(gl.int8, [a_lo.shape[0], T64, I8_K], l8i)
+        w_hi = w_hi._reinterpret(gl.int8, [STAGES * (RN // BN), BN, I8_K], l8i)   # slot s: s * RN / BN
+        w_lo = w_lo._reinterpret(gl.int8, [STAGES * (RN // BN), BN, I8_K], l8i)
+    elif SCHEME == "f16f8":   # (a_hi fp16, A's fp8 [lo | hi] pair, w_hi fp16, W's fp8 [hi | lo] pair K-major)
         l8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
         a_lo = a_lo._reinterpret(gl.float8e4nv, [a_lo.shape[0], T64, 2 * T64], l8)   # (STAGES * 64-row halves)
         w_lo = w_lo._reinterpret(gl.float8e4nv, [STAGES * (RN // BN), BN, 2 * T64], l8)   # slot s: s * RN / BN
@@ -417,12 +433,35 @@ def _claim(ready, empty, step, nbytes: gl.constexpr, STAGES: gl.constexpr):
 @gluon.jit
 def _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, row, SCHEME: gl.constexpr, R: gl.constexpr, BN: gl.constexpr):
     """The weight tile(s) of K step ``row`` into ring slot ``slot`` (W view index slot * R: ``_ring_views``). f16f8:
-    the step's K-major fp8 [BN, 128] tile, row (row // 64) * BN of the [L*N/BN*K/64*BN, 128] view."""
-    tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
+    the step's K-major fp8 [BN, 128] tile, row (row // 64) * BN of the [L*N/BN*K/64*BN, 128] view. ``I8``: the
+    step's K-major limb tiles [BN, 128] (l0 and l1), row (row // 128) * BN of the [L*N/BN*K/128*BN, 128] views."""
+    if SCHEME == I8:
+        r8 = (row // I8_K) * BN
+        tma.async_copy_global_to_shared(w_hi_d, [r8, 0], ready.index(slot), w_hi.index(slot * R))
+        tma.async_copy_global_to_shared(w_lo_d, [r8, 0], ready.index(slot), w_lo.index(slot * R))
+    else:
+        tma.async_copy_global_to_shared(w_hi_d, [row, 0], ready.index(slot), w_hi.index(slot * R))
     if SCHEME == "bf16x3":
         tma.async_copy_global_to_shared(w_lo_d, [row, 0], ready.index(slot), w_lo.index(slot * R))
     elif SCHEME == "f16f8":
         tma.async_copy_global_to_shared(w_lo_d, [(row // T64) * BN, 0], ready.index(slot), w_lo.index(slot * R))
+
+
+@gluon.constexpr_function
+def _step_bytes(scheme, mb, bn):
+    """Bytes a K step brings into its ring slot: A hi / lo (mb 64-row boxes each) and W hi / lo 64 deep (f16_w1 one
+    W part), 2 bytes an element; ``I8``: A's and W's int8 limbs 128 deep (the same 16 KB and 8 · BN bytes) and A's
+    64 row scales."""
+    scheme = getattr(scheme, "value", scheme)
+    if scheme == I8.value:
+        return 2 * mb * TILE * 2 * TILE + 2 * bn * 2 * TILE + TILE * 4
+    return (2 * mb * TILE * TILE + (1 if scheme == "f16_w1" else 2) * TILE * bn) * 2
+
+
+@gluon.jit
+def _k_step(SCHEME: gl.constexpr):
+    """K columns a step of the scheme covers: 64, ``I8`` 128."""
+    return I8_K if SCHEME == I8 else T64
 
 
 @gluon.jit
@@ -432,11 +471,12 @@ def _gemm_pre(w_hi_d, w_lo_d, ring, ready, empty, g, steps, wrow, SCHEME: gl.con
     their weight tiles (the weights are written once by prepare: no dependency). Returns how many. BN the GEMM's tile
     width, RN the ring's, MB the tile's 64-row halves (block_m / 64: A's boxes a slot)."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * MB * T64 * T64 + (1 if SCHEME == "f16_w1" else 2) * T64 * BN) * 2
+    NB: gl.constexpr = _step_bytes(SCHEME, MB, BN)
+    KS: gl.constexpr = _k_step(SCHEME)
     pre = gl.minimum(steps, PRE)
     for kk in range(pre):
         slot = _claim(ready, empty, g + kk, NB, STAGES)
-        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN, BN)
+        _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * KS, SCHEME, RN // BN, BN)
     return pre
 
 
@@ -447,28 +487,43 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
     """After the wait: the A tiles of the claimed slots, then the remaining K steps (claim, weights, A). A's K
     column k lives in column block k // D of the [K // D * M, D] view (FFN2's [4, M, D]). A weight tile is one
     64 × BN box of its slab (BN = 128: Triton issues it as two 64-column TMA boxes, one expect for both). A 128-row
-    tile (MB = 2) takes two 64 × 64 A boxes a slot, rows row0 and row0 + 64, into A tiles slot * 2 and slot * 2 + 1."""
+    tile (MB = 2) takes two 64 × 64 A boxes a slot, rows row0 and row0 + 64, into A tiles slot * 2 and slot * 2 + 1.
+    ``I8`` (QKV / FFN1, 64-row tiles, K from 0): A's [M, 2D] limbs, per 128 columns l0 then l1 (``_store_i8``), two
+    [64, 128] boxes a step into the A tiles, and the block's 64 row scales, a [1, 64] box of A's [D / 128, M] scales
+    (the lo descriptor), into the slot's scale row."""
     a_hi, a_lo, w_hi, w_lo = _ring_views(ring, SCHEME, STAGES, RN, BN)
-    NB: gl.constexpr = (2 * MB * T64 * T64 + (1 if SCHEME == "f16_w1" else 2) * T64 * BN) * 2
+    a_sc = ring[4]
+    NB: gl.constexpr = _step_bytes(SCHEME, MB, BN)
+    KS: gl.constexpr = _k_step(SCHEME)
     for kk in range(steps):
         step = g + kk
         slot = step % STAGES
         if kk >= pre:
             slot = _claim(ready, empty, step, NB, STAGES)
-            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * T64, SCHEME, RN // BN, BN)
-        k = k0 + kk * T64
+            _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * KS, SCHEME, RN // BN, BN)
+        k = k0 + kk * KS
         arow = (k // D) * M + row0
         acol = k % D
-        for hh in gl.static_range(MB):
-            tma.async_copy_global_to_shared(a_hi_d, [arow + hh * T64, acol], ready.index(slot),
-                                            a_hi.index(slot * MB + hh))
-            if SCHEME == "f16f8":   # A's fp8 [lo | hi] pair of these 64 columns: [rows, 2D] columns 2 acol ...
-                tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, 2 * acol], ready.index(slot),
-                                                a_lo.index(slot * MB + hh))
-            else:
-                tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, acol], ready.index(slot),
-                                                a_lo.index(slot * MB + hh))
+        if SCHEME == I8:
+            tma.async_copy_global_to_shared(a_hi_d, [row0, 2 * k], ready.index(slot), a_hi.index(slot))
+            tma.async_copy_global_to_shared(a_hi_d, [row0, 2 * k + I8_K], ready.index(slot), a_lo.index(slot))
+            tma.async_copy_global_to_shared(a_lo_d, [k // I8_K, row0], ready.index(slot), a_sc.index(slot))
+        else:
+            _load_a(a_hi_d, a_lo_d, a_hi, a_lo, ready, slot, arow, acol, SCHEME, MB)
     return g + steps
+
+
+@gluon.jit
+def _load_a(a_hi_d, a_lo_d, a_hi, a_lo, ready, slot, arow, acol, SCHEME: gl.constexpr, MB: gl.constexpr):
+    """A's hi / lo boxes of one 64-deep K step (MB 64-row halves) into ring slot ``slot``."""
+    for hh in gl.static_range(MB):
+        tma.async_copy_global_to_shared(a_hi_d, [arow + hh * T64, acol], ready.index(slot), a_hi.index(slot * MB + hh))
+        if SCHEME == "f16f8":   # A's fp8 [lo | hi] pair of these 64 columns: [rows, 2D] columns 2 acol ...
+            tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, 2 * acol], ready.index(slot),
+                                            a_lo.index(slot * MB + hh))
+        else:
+            tma.async_copy_global_to_shared(a_lo_d, [arow + hh * T64, acol], ready.index(slot),
+                                            a_lo.index(slot * MB + hh))
 
 
 @gluon.jit
@@ -493,7 +548,7 @@ def _attn_loads_ring(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, l, b, h, qb,
                      BN: gl.constexpr, MB: gl.constexpr):
     """``_attn_loads`` for the cooperative consumers (no q buffers): q hi/lo into the first A tile of the task's first
     ring slot, then the key blocks in the slots after it. Returns g + 1 + the key blocks."""
-    a_hi, a_lo, w_hi, w_lo = ring
+    a_hi, a_lo, w_hi, w_lo, a_sc = ring
     qrow = _q_row(l, b, h, B, S, H)
     slot = _claim(ready, empty, g, 2 * T64 * T64 * 2, STAGES)
     tma.async_copy_global_to_shared(qkv_hi_d, [qrow + qb * T64, 0], ready.index(slot), a_hi.index(slot * MB))
@@ -514,7 +569,7 @@ def _kv_loads(qkv_hi_d, qkv_lo_d, ring, ready, empty, g, qrow, nkv, B: gl.conste
     """k hi/lo and v hi/lo of key blocks 0 … nkv − 1 of the attention whose q starts at ``qrow``, one ring slot each
     from step g (v in the first 64 × 64 tile of the slot's W part: ``_w_views``; k in the first of the slot's MB A
     tiles). Returns g + nkv."""
-    a_hi, a_lo, w_hi, w_lo = ring
+    a_hi, a_lo, w_hi, w_lo, a_sc = ring
     VS: gl.constexpr = BN // T64
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     BHS: gl.constexpr = B * H * S
@@ -613,7 +668,8 @@ def _loader(descs, ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, 
             sg = gl.where(gl.load(row + 6) > 0, gl.load(row + HEADER + MAX_WAITS), -1)
         _stamp(trace_ptr, t, 0, TRACE, lay, 32)
         ln = (kind == 0) | (kind == 4) | (kind == 7)
-        k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N, BLOCK_N_QKV)
+        k0, steps, wrow = _gemm_geom(kind, l, a, b, c, M, D, K_CHUNK_O, K_CHUNK_FFN2, BLOCK_N, BLOCK_N_QKV,
+                                     SCHEME_QKV, SCHEME_FFN1)
         pre = steps * 0
         if kind == 1:
             pre = _gemm_pre(wqkv_hi_d, wqkv_lo_d, ring, ready, empty, g, steps, wrow, SCHEME_QKV, STAGES,
@@ -748,6 +804,31 @@ def _store_rows(hi_ptr, lo_ptr, offs, mask, y, SCHEME: gl.constexpr, PACK_HI: gl
 
 
 @gluon.jit
+def _store_i8(hi_ptr, lo_ptr, y, rows, cols, mask, M: gl.constexpr, D: gl.constexpr):
+    """A LayerNorm task's rows ``y`` [rows, BD] (fp32; ``cols`` its column indices, D a multiple of 128) as ``I8``'s
+    A (``bench/seqres/precision_probe`` i8x2cb128): per row and 128-column block the scale s = max |y| / I8_Q (1 /
+    I8_Q for a block of zeros) into the [D / 128, M] scales at ``lo_ptr`` (block-major: a GEMM's step loads 64 rows'
+    scales of one block as one box), q = rint(y / s) (|q| <= I8_Q) as two int8 limbs q = 128 · l0 + l1 (l0 =
+    floor(q / 128 + 1/2) in [-127, 127], l1 in [-64, 63]) into the [M, 2D] limbs at ``hi_ptr``, per 128 columns the
+    block's l0 then its l1."""
+    blk = cols // I8_K
+    ay = gl.abs(y)
+    inv = gl.zeros_like(y)
+    for kb in gl.static_range(D // I8_K):
+        mx = gl.max(gl.where((blk == kb)[None, :], ay, 0.0), axis=1)
+        mx = gl.where(mx > 0.0, mx, 1.0)
+        gl.store(lo_ptr + kb * M + rows, mx / I8_Q, mask=rows < M)
+        inv = gl.where((blk == kb)[None, :], (I8_Q / mx)[:, None], inv)
+    q = gl.inline_asm_elementwise(_CVT_RNI, "=r,f", [y * inv], dtype=gl.int32, is_pure=True, pack=1)
+    q = gl.minimum(gl.maximum(q, -I8_Q), I8_Q)
+    l0 = (q + 64) >> 7
+    l1 = q - l0 * 128
+    offs = rows[:, None] * (2 * D) + (cols + blk * I8_K)[None, :]
+    gl.store(hi_ptr + offs, l0.to(gl.int8), mask=mask)
+    gl.store(hi_ptr + offs + I8_K, l1.to(gl.int8), mask=mask)
+
+
+@gluon.jit
 def _gelu_log2poly(x):
     """tl_helpers.gelu_log2poly (PTX=True), the same operations in the same order."""
     u = gl.abs(x)
@@ -814,6 +895,44 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
     acc, acc8 = warpgroup_mma_wait(0, deps=(acc, acc8))
     mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES))
     return acc + gl.convert_layout(acc8.to(gl.float32) * inv, mma), g
+
+
+@gluon.jit
+def _gemm_mma_i8(ring, ready, empty, g, steps, sw_ptr, NW, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
+                 mma: gl.constexpr):
+    """``_gemm_mma`` for ``I8`` (``bench/seqres/precision_probe`` i8x2cb128; docs/dag-results.md "Results" 52, 53):
+    per 128-deep K step (one scale block) three int8 products of the limbs, l0·w0 into ``hh`` and l0·w1 + l1·w0 into
+    ``mix`` (int32, exact; l1·w1 left out), waited for, then folded into the fp32 accumulator as (hh · 2^14 + mix ·
+    2^7) · s_a · s_w with the step's row scales s_a (the slot's scale row, by TMA with A) and column scales s_w
+    (``sw_ptr`` + step · ``NW``: the weight's [K / 128, N] scales from its tile's first column, constant, loaded
+    before the step's wait); the slot is freed once its products and scales are read. The fold waits for the step's
+    last product, so a step's products do not overlap the next's (a K loop at 0.64-0.84 × bf16x3's time a unit of
+    K on an H100, bench.dag.kloop_rate ``i8x2cb_n64_k128``). Returns (acc in ``mma``, g)."""
+    a0, a1, w0, w1 = _ring_views(ring, I8, STAGES, RN, BN)
+    sc = ring[4]._reinterpret(gl.float32, [STAGES, T64], gl.SwizzledSharedLayout(1, 1, 1, [0]))   # (a row a slot)
+    R: gl.constexpr = RN // BN
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
+                                                   instr_shape=[16, BN, 32])   # int8 wgmma: k = 32
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, mma8))
+    acc = gl.zeros([T64, BN], gl.float32, layout=mma8)
+    hh = gl.zeros([T64, BN], gl.int32, layout=mma8)
+    mix = gl.zeros([T64, BN], gl.int32, layout=mma8)
+    for kk in range(steps):
+        slot = g % STAGES
+        sw = gl.load(sw_ptr + kk * NW + cols)
+        mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+        w0t = w0.index(slot * R).permute((1, 0))
+        w1t = w1.index(slot * R).permute((1, 0))
+        hh = warpgroup_mma(a0.index(slot), w0t, hh, use_acc=False, is_async=True)
+        mix = warpgroup_mma(a0.index(slot), w1t, mix, use_acc=False, is_async=True)
+        mix = warpgroup_mma(a1.index(slot), w0t, mix, is_async=True)
+        hh, mix = warpgroup_mma_wait(0, deps=(hh, mix))
+        sa = sc.index(slot).load(gl.SliceLayout(1, mma8))
+        mbarrier.arrive(empty.index(slot))
+        part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+        acc = acc + part * sa[:, None] * sw[None, :]
+        g += 1
+    return gl.convert_layout(acc, mma), g
 
 
 @gluon.jit
@@ -976,13 +1095,14 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
     atomics, no conversion through shared memory) the forward pass took 9–12% longer (docs/dag-results.md "Results" 32).
     HALF >= 0: the cooperative consumers' form (``dag_ws_fwd``), this consumer's 64-row half HALF of a 128-row tile
     (MB = 2): its A tiles, one accumulator, its rows' epilogue."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
+    (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr, wqkv_s_ptr,
+     w1_s_ptr) = ptrs
     M: gl.constexpr = B * S
     ANY_F16: gl.constexpr = ((SCHEME_QKV == "f16_w1") or (SCHEME_O == "f16_w1") or (SCHEME_FFN1 == "f16_w1")
                              or (SCHEME_FFN2 == "f16_w1"))
     ANY_BF: gl.constexpr = ((SCHEME_QKV == "bf16x3") or (SCHEME_O == "bf16x3") or (SCHEME_FFN1 == "bf16x3")
                             or (SCHEME_FFN2 == "bf16x3"))
-    k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN, BN)
+    k0, steps, wrow = _gemm_geom(kind, l, m, n, s, M, D, K_CHUNK_O, K_CHUNK_FFN2, BN, BN, SCHEME_QKV, SCHEME_FFN1)
     # the epilogue's bias, loaded before the K loop (its latency under the MMA instead of after it)
     NB = gl.where(kind == 1, 3 * D, gl.where(kind == 5, 4 * D, D))
     b_ptr = b2_ptr
@@ -1007,21 +1127,32 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
         inv = gl.load(f8s_ptr + l * 4 + gl.where(kind == 1, 0, gl.where(kind == 3, 1, gl.where(kind == 5, 2, 3))))
     f8 = (((kind == 1) & (SCHEME_QKV == "f16f8")) | ((kind == 3) & (SCHEME_O == "f16f8"))
           | ((kind == 5) & (SCHEME_FFN1 == "f16f8")) | ((kind == 6) & (SCHEME_FFN2 == "f16f8")))
+    ANY_I8: gl.constexpr = (SCHEME_QKV == I8) or (SCHEME_FFN1 == I8)
+    ONLY_I8: gl.constexpr = ANY_I8 and not (ANY_F8 or ANY_F16 or ANY_BF)
+    i8 = ((kind == 1) & (SCHEME_QKV == I8)) | ((kind == 5) & (SCHEME_FFN1 == I8))
+    sw_ptr = w1_s_ptr
+    NW = gl.where(kind == 1, 3 * D, 4 * D)
+    if ANY_I8:   # I8: the weight's [L, D / 128, N] column scales, this layer's from the tile's first column
+        if kind == 1:
+            sw_ptr = wqkv_s_ptr
+        sw_ptr = sw_ptr + l * (D // I8_K) * NW + col0
     if MB == 2 and HALF < 0:   # one consumer on a 128-row tile (no f16f8: its four accumulators need the
         #                        cooperative form)
         acc, acc1, g = _mma_nf8_2(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma)
     else:   # a 64-row tile, or the cooperative consumers' half HALF of a 128-row one (A tiles slot * MB + HALF)
         AM: gl.constexpr = MB if HALF >= 0 else 1
         AH: gl.constexpr = HALF if HALF >= 0 else 0
-        if ANY_F8 and (ANY_F16 or ANY_BF):
-            if f8:
-                acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, AM, AH)
+        if ONLY_I8:
+            acc, g = _gemm_mma_i8(ring, ready, empty, g, steps, sw_ptr, NW, STAGES, BN, RN, mma)
+        elif ANY_I8:
+            if i8:
+                acc, g = _gemm_mma_i8(ring, ready, empty, g, steps, sw_ptr, NW, STAGES, BN, RN, mma)
             else:
-                acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, AM, AH)
-        elif ANY_F8:
-            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, AM, AH)
+                acc, g = _mma_64(ring, ready, empty, g, steps, inv, f8, f16, ANY_F8, ANY_F16, ANY_BF, STAGES, BN,
+                                 RN, mma, AM, AH)
         else:
-            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, AM, AH)
+            acc, g = _mma_64(ring, ready, empty, g, steps, inv, f8, f16, ANY_F8, ANY_F16, ANY_BF, STAGES, BN, RN,
+                             mma, AM, AH)
         row0 = row0 + AH * T64
     _stamp(trace_ptr, t, 6, TRACE, lay, NT)   # the K loop done: the epilogue starts
     _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma, out,
@@ -1030,6 +1161,24 @@ def _gemm_body(ring, ready, empty, g, kind, l, m, n, s, ptrs,
         _gemm_epilogue(acc1, bias, kind, l, s, row0 + T64, col0, ptrs, B, S, D, H, SCHEME_FFN2, GELU, BN, EPI, mma,
                        out, acc_out, PACK_HI)
     return g
+
+
+@gluon.jit
+def _mma_64(ring, ready, empty, g, steps, inv, f8, f16, ANY_F8: gl.constexpr, ANY_F16: gl.constexpr,
+            ANY_BF: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr, mma: gl.constexpr,
+            AM: gl.constexpr, AH: gl.constexpr):
+    """The K loop of a task on 64-deep steps (f16f8, bf16x3 or f16_w1: ``f8`` / ``f16`` say this task's), one body
+    for each scheme in use. Returns (acc, g)."""
+    if ANY_F8 and (ANY_F16 or ANY_BF):
+        if f8:
+            acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, AM, AH)
+        else:
+            acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, AM, AH)
+    elif ANY_F8:
+        acc, g = _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES, BN, RN, mma, AM, AH)
+    else:
+        acc, g = _mma_nf8(ring, ready, empty, g, steps, f16, ANY_F16, ANY_BF, STAGES, BN, RN, mma, AM, AH)
+    return acc, g
 
 
 @gluon.jit
@@ -1071,7 +1220,8 @@ def _gemm_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, B: gl.constexpr, S: 
                    EPI: gl.constexpr, mma: gl.constexpr, out: gl.constexpr, acc_out: gl.constexpr,
                    PACK_HI: gl.constexpr):
     """The epilogue of a GEMM task's 64 × BN accumulator at rows row0 … (``_gemm_body``'s EPI)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
+    (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr, wqkv_s_ptr,
+     w1_s_ptr) = ptrs
     M: gl.constexpr = B * S
     if EPI == "qkv":
         _qkv_epilogue(acc, bias, l, row0, col0, qkv_hi_ptr, qkv_lo_ptr, B, S, D, H, BN, mma, out, PACK_HI)
@@ -1090,7 +1240,8 @@ def _ffn1_or_residual_epilogue(acc, bias, kind, l, s, row0, col0, ptrs, M: gl.co
                                SCHEME_FFN2: gl.constexpr, GELU: gl.constexpr, BN: gl.constexpr, mma: gl.constexpr,
                                out: gl.constexpr, acc_out: gl.constexpr, PACK_HI: gl.constexpr):
     """FFN1's epilogue (kind 5) or the residual one (output projection, FFN2)."""
-    r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr = ptrs
+    (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr, wqkv_s_ptr,
+     w1_s_ptr) = ptrs
     if kind == 5:
         _ffn1_epilogue(acc, bias, l, row0, col0, f_hi_ptr, f_lo_ptr, M, D, SCHEME_FFN2, GELU, BN, mma, out,
                        PACK_HI)
@@ -1106,7 +1257,7 @@ def _attn_rest(qh, ql, ring, ready, empty, q_empty, g, nkv, b, h, qb, att_hi_ptr
     """An attention task once its q is at hand (``qh`` / ``ql``: shared memory, or registers with REG_Q): the online
     softmax over the key blocks at ring steps g … g + nkv − 1 (``_overlap_blocks``, each slot's release counting
     RELEASE), then o = acc / l stored split (the output projection's scheme) into att [M, D]."""
-    a_hi, a_lo, w_hi, w_lo = ring
+    a_hi, a_lo, w_hi, w_lo, a_sc = ring
     w_hi, w_lo = _w_views(w_hi, w_lo, STAGES, BN, T64)
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
@@ -1159,7 +1310,7 @@ def _attn_task_ring(ring, ready, empty, g, nkv, b, h, qb, att_hi_ptr, att_lo_ptr
     """``_attn_task`` for the cooperative consumers, run by one of them: q from the task's first ring slot into
     registers (wgmma's A operand; the slot freed for both consumers at once, count 2), then the key blocks from the
     slots after it, each freed for both as well (``_attn_rest``' RELEASE 2)."""
-    a_hi, a_lo, w_hi, w_lo = ring
+    a_hi, a_lo, w_hi, w_lo, a_sc = ring
     dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     slot = g % STAGES
     mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
@@ -1210,9 +1361,15 @@ def _ln_task(kind, l, i, x_ptr, r_ptr, y_ptr, ln1_hi_ptr, ln1_lo_ptr, ln2_hi_ptr
         rstd = 1.0 / gl.sqrt(var + LN_EPS)
         y = xc * rstd[:, None] * w[None, :] + bias[None, :]
         if kind == 0:
-            _store_rows(ln1_hi_ptr, ln1_lo_ptr, offs, mask, y, SCHEME_QKV, PACK_HI)
+            if SCHEME_QKV == I8:
+                _store_i8(ln1_hi_ptr, ln1_lo_ptr, y, rows, offs_d, mask, M, D)
+            else:
+                _store_rows(ln1_hi_ptr, ln1_lo_ptr, offs, mask, y, SCHEME_QKV, PACK_HI)
         elif kind == 4:
-            _store_rows(ln2_hi_ptr, ln2_lo_ptr, offs, mask, y, SCHEME_FFN1, PACK_HI)
+            if SCHEME_FFN1 == I8:
+                _store_i8(ln2_hi_ptr, ln2_lo_ptr, y, rows, offs_d, mask, M, D)
+            else:
+                _store_rows(ln2_hi_ptr, ln2_lo_ptr, offs, mask, y, SCHEME_FFN1, PACK_HI)
         else:
             gl.store(y_ptr + offs, y, mask=mask)
 
@@ -1235,7 +1392,7 @@ def _consumer(smem, bufs, qk_scale,
     ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free = smem
     (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
      ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-     lnfw_ptr, lnfb_ptr, f8s_ptr, trace_ptr) = bufs
+     lnfw_ptr, lnfb_ptr, f8s_ptr, wqkv_s_ptr, w1_s_ptr, trace_ptr) = bufs
     M: gl.constexpr = B * S
     NT: gl.constexpr = 32 * num_warps
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
@@ -1249,7 +1406,8 @@ def _consumer(smem, bufs, qk_scale,
     acc_out: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0])  # fp32 atomics
     lnl: gl.constexpr = _ln_layout(num_warps, LN_ROW_WARPS)
     hl: gl.constexpr = _slot_layout(num_warps, PACKED_HANDOFF)
-    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr)
+    gemm_ptrs = (r_ptr, qkv_hi_ptr, qkv_lo_ptr, f_hi_ptr, f_lo_ptr, bqkv_ptr, bo_ptr, b1_ptr, b2_ptr, f8s_ptr,
+                 wqkv_s_ptr, w1_s_ptr)
     q_hi, q_lo = q_buf
     q_mine = (q_hi.index(CID), q_lo.index(CID))     # this consumer's q buffer and its barriers
     q_ready_c = q_ready.index(CID)
@@ -1352,6 +1510,7 @@ def dag_ws_fwd(
     x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr,
     ln2_hi_ptr, ln2_lo_ptr, f_hi_ptr, f_lo_ptr,
     ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr, lnfw_ptr, lnfb_ptr, f8s_ptr,
+    wqkv_s_ptr, w1_s_ptr,                                                         # I8: the weights' column scales
     tab_ptr, ctr_ptr, goal_ptr, head_ptr, err_ptr, trace_ptr,
     n_tasks, epoch, spin_limit, qk_scale,
     B: gl.constexpr, S: gl.constexpr, D: gl.constexpr, H: gl.constexpr, CAUSAL: gl.constexpr,
@@ -1365,7 +1524,7 @@ def dag_ws_fwd(
     PACKED_HANDOFF: gl.constexpr, LN_ROW_WARPS: gl.constexpr, PRE_W: gl.constexpr, PACK_HI: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    lt: gl.constexpr = ln1_hi_d.layout
+    lt: gl.constexpr = att_hi_d.layout       # (the output projection's A: bf16 / fp16 64 × 64 boxes in every scheme)
     lw: gl.constexpr = wo_hi_d.layout        # the weight tiles' 64 × BLOCK_N boxes (the same NVMMA layout as lt, and
     #                                          as QKV's 64 × BLOCK_N_QKV: 128-byte swizzle at 64 and 128 columns)
     # A: a slot's 64 × 64 tile (block_m 128: two, the tile's row halves at 2 · slot and 2 · slot + 1)
@@ -1415,14 +1574,19 @@ def dag_ws_fwd(
         mbarrier.init(tid_free.index(q), count=1)
         mbarrier.init(done.index(q), count=FREES if q < 2 else 1)   # (COOP: signaller 0's from both consumers)
         mbarrier.init(sig_free.index(q), count=1)
-    ring = (a_hi, a_lo, w_hi, w_lo)
+    if (SCHEME_QKV == I8) or (SCHEME_FFN1 == I8):   # I8: a slot's 64 row scales (TMA: a [1, 64] box of A's)
+        a_sc = gl.allocate_shared_memory(gl.float32, [STAGES, 1, T64], ln2_lo_d.layout if SCHEME_FFN1 == I8
+                                         else ln1_lo_d.layout)
+    else:
+        a_sc = a_hi   # (not used)
+    ring = (a_hi, a_lo, w_hi, w_lo, a_sc)
     q_buf = (q_hi, q_lo)
     descs = (ln1_hi_d, ln1_lo_d, att_hi_d, att_lo_d, ln2_hi_d, ln2_lo_d, f_hi_d, f_lo_d,
              wqkv_hi_d, wqkv_lo_d, wo_hi_d, wo_lo_d, w1_hi_d, w1_lo_d, w2_hi_d, w2_lo_d, qkv_hi_d, qkv_lo_d)
     smem = (ring, q_buf, ready, empty, q_ready, q_empty, tids, tid_full, tid_free, sigs, done, sig_free)
     bufs = (x_ptr, y_ptr, r_ptr, ln1_hi_ptr, ln1_lo_ptr, qkv_hi_ptr, qkv_lo_ptr, att_hi_ptr, att_lo_ptr, ln2_hi_ptr,
             ln2_lo_ptr, f_hi_ptr, f_lo_ptr, ln1w_ptr, ln1b_ptr, bqkv_ptr, bo_ptr, ln2w_ptr, ln2b_ptr, b1_ptr, b2_ptr,
-            lnfw_ptr, lnfb_ptr, f8s_ptr, trace_ptr)
+            lnfw_ptr, lnfb_ptr, f8s_ptr, wqkv_s_ptr, w1_s_ptr, trace_ptr)
     # (Gluon takes the partitions as a list literal of (function, arguments): one list per consumer count)
     if CONSUMERS == 1:
         gl.warp_specialize([
@@ -1497,21 +1661,22 @@ SHARED_OTHER = 16772
 SHARED_OTHER_2 = 16512   # a second consumer: its epilogues' layout-conversion scratch and barriers (sm_90a compile)
 
 
-def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1, block_m: int = TILE) -> int:
+def ws_shared_bytes(stages: int, block_n: int, consumers: int = 1, block_m: int = TILE, i8: bool = False) -> int:
     """Shared memory of the WS kernel: ``stages`` ring slots of A hi/lo 64 × 64 and W hi/lo 64 × block_n (bf16 or
     fp16: 32 KB at block_n 64, 48 KB at 128), the q buffer (16 KB) and ``SHARED_OTHER``: what the sm_90a compile
     reports at 3 and 4 slots (164228 at block_n 64 and 4 slots, 229764 at 128 and 4 slots; 2 slots: 128 bytes
     less). ``block_m`` 128: a slot's A pair is 128 × 64 (64 KB a slot at block_n 128); with two consumers there (the
-    cooperative form) q goes through the ring: no q buffers."""
+    cooperative form) q goes through the ring: no q buffers. ``i8`` (``I8`` on QKV or FFN1): a slot's 64 row scales
+    more (256 bytes a slot)."""
     q_bufs = 0 if (consumers == 2 and block_m == 2 * TILE) else consumers * 2 * TILE * TILE * 2
     return (stages * (2 * block_m * TILE + 2 * TILE * block_n) * 2 + q_bufs + SHARED_OTHER
-            + (consumers - 1) * SHARED_OTHER_2)
+            + (consumers - 1) * SHARED_OTHER_2 + (stages * TILE * 4 if i8 else 0))
 
 
-def max_ws_stages(block_n: int, consumers: int = 1, block_m: int = TILE) -> int:
+def max_ws_stages(block_n: int, consumers: int = 1, block_m: int = TILE, i8: bool = False) -> int:
     """The most ring slots (2-6) that fit one CTA per SM at this block_n and consumers (6 at 64 and 4 at 128 with one
     consumer; with two 5 at 64, 3 at 128)."""
-    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers, block_m) <= SHARED_LIMIT)
+    return max(s for s in WS_STAGES if ws_shared_bytes(s, block_n, consumers, block_m, i8) <= SHARED_LIMIT)
 
 
 def _check_consumers(consumers, err) -> None:
@@ -1519,17 +1684,17 @@ def _check_consumers(consumers, err) -> None:
         raise err(f"dag: form ws: ws_consumers={consumers!r}: 1 or 2 consumer warpgroups")
 
 
-def _check_stages(stages: int, block_n: int, err, consumers: int = 1, block_m: int = TILE) -> None:
+def _check_stages(stages: int, block_n: int, err, consumers: int = 1, block_m: int = TILE, i8: bool = False) -> None:
     if stages not in WS_STAGES:
         raise err(f"dag: form ws: ws_stages={stages}: 2 to 6 ring slots")
-    need = ws_shared_bytes(stages, block_n, consumers, block_m)
+    need = ws_shared_bytes(stages, block_n, consumers, block_m, i8)
     if need > SHARED_LIMIT:
         two = f" and {consumers} consumers" if consumers > 1 else ""
         rows = f" and block_m {block_m}" if block_m != TILE else ""
         raise err(f"dag: form ws: ws_stages={stages} with block_n {block_n}{rows}{two}: {need} "
                   f"bytes of shared memory > {SHARED_LIMIT} (one CTA per SM; a ring slot is "
                   f"{(2 * block_m * TILE + 2 * TILE * block_n) * 2 // 1024} KB): set ws_stages: "
-                  f"{max_ws_stages(block_n, consumers, block_m)} or less")
+                  f"{max_ws_stages(block_n, consumers, block_m, i8)} or less")
 
 
 def check_ws_params(o: dict) -> None:
@@ -1554,7 +1719,7 @@ def check_ws_params(o: dict) -> None:
                                  f"the output projection and the FFN, 64 or 128: {dict(zip(SAME_N_PARAMS, widths))}"
                                  f"; block_n_qkv may differ): set form: tl or {k}: {common}")
     _check_stages(o["ws_stages"], max(common, o["block_n_qkv"]), ParameterError,
-                  o["ws_consumers"], o["block_m"])   # (ws_consumers: host.check_params)
+                  o["ws_consumers"], o["block_m"], I8.value in (o["scheme_qkv"], o["scheme_ffn1"]))
     if o["queue"] != "queue":
         raise ParameterError(f"dag: form ws needs queue: queue (got {o['queue']!r}; the WS loader takes tickets, "
                              "there are no static lists): set form: tl or queue: queue")
@@ -1628,7 +1793,8 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
     block_n_qkv = meta["SITE_BLOCK_N"][meta["SITE_QKV"]]
     ring_n = max(block_n, block_n_qkv)
     _check_consumers(consumers, WsUnsupported)
-    _check_stages(stages, ring_n, WsUnsupported, consumers, meta["BLOCK_M"])
+    _check_stages(stages, ring_n, WsUnsupported, consumers, meta["BLOCK_M"],
+                  I8.value in (meta["SCHEME_QKV"], meta["SCHEME_FFN1"]))
     _check_coop_ring(meta, stages, consumers)
     if not 1 <= pre <= stages:
         raise WsUnsupported(f"dag: form ws: ws_pre={pre}: 1 to ws_stages ({stages}): the loader claims at most the "
@@ -1651,8 +1817,13 @@ def ws_meta(meta: dict, stages: int = STAGES_DEFAULT, trace: bool = False, consu
                 num_warps=4)
 
 
-def _smem_layout(cols: int = TILE, rows: int = TILE, fp8: bool = False):
-    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.float8e4nv if fp8 else gl.bfloat16)
+def _smem_layout(cols: int = TILE, rows: int = TILE, dtype=None):
+    """The NVMMA layout of a [rows, cols] box (bf16 unless ``dtype``: an 8-bit box 128 wide has bf16's 128-byte rows
+    and swizzle); fp32 (``I8``'s [1, 64] scale boxes: 256-byte rows, more than a 128-byte swizzle holds)
+    unswizzled."""
+    if dtype == gl.float32:
+        return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], dtype or gl.bfloat16)
 
 
 def descriptors(tensors: dict) -> list:
@@ -1663,26 +1834,35 @@ def descriptors(tensors: dict) -> list:
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    gdt = {torch.float8_e4m3fn: gl.float8e4nv, torch.int8: gl.int8, torch.float32: gl.float32}
+
     def desc(t, cols=TILE, rows=TILE):
         t2 = t.reshape(-1, t.shape[-1])
-        fp8 = t.dtype == torch.float8_e4m3fn
-        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols], _smem_layout(cols, rows, fp8))
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols],
+                                _smem_layout(cols, rows, gdt.get(t.dtype)))
     out = []
-    f8 = torch.float8_e4m3fn
-    for n in A_BUFS:   # (f16f8: lo [.., 2D] fp8, box 64 x 128)
-        lo = tensors[f"{n}_lo_ptr"]
-        out += [desc(tensors[f"{n}_hi_ptr"]), desc(lo, 2 * TILE) if lo.dtype == f8 else desc(lo)]
-    for n in W_BUFS:   # (f16f8: lo [L, N/BN, K/64, BN, 128] fp8 as [L*N/BN*K/64*BN, 128], box BN x 128: K-major)
-        bn = tensors[f"{n}_hi_ptr"].shape[-1]
-        lo = tensors[f"{n}_lo_ptr"]
-        out += [desc(tensors[f"{n}_hi_ptr"], bn), desc(lo, 2 * TILE, bn) if lo.dtype == f8 else desc(lo, bn)]
+    f8, i8 = torch.float8_e4m3fn, torch.int8
+    for n in A_BUFS:   # (f16f8: lo [.., 2D] fp8, box 64 x 128; I8: hi the [M, 2D] limbs, box 64 x 128, lo the
+        hi, lo = tensors[f"{n}_hi_ptr"], tensors[f"{n}_lo_ptr"]   # [D / 128, M] fp32 row scales, box 1 x 64)
+        if hi.dtype == i8:
+            out += [desc(hi, 2 * TILE), desc(lo, TILE, 1)]
+        else:
+            out += [desc(hi), desc(lo, 2 * TILE) if lo.dtype == f8 else desc(lo)]
+    for n in W_BUFS:   # (f16f8: lo [L, N/BN, K/64, BN, 128] fp8 as [L*N/BN*K/64*BN, 128], box BN x 128: K-major;
+        hi, lo = tensors[f"{n}_hi_ptr"], tensors[f"{n}_lo_ptr"]   # I8: hi / lo the limbs l0 / l1 [L, N/BN, K/128,
+        if hi.dtype == i8:                                        # BN, 128], box BN x 128)
+            out += [desc(hi, 2 * TILE, hi.shape[-2]), desc(lo, 2 * TILE, hi.shape[-2])]
+            continue
+        bn = hi.shape[-1]
+        out += [desc(hi, bn), desc(lo, 2 * TILE, bn) if lo.dtype == f8 else desc(lo, bn)]
     out += [desc(tensors["qkv_hi_ptr"]), desc(tensors["qkv_lo_ptr"])]
     return out
 
 
 POINTERS = ("x_ptr", "y_ptr", "r_ptr", "ln1_hi_ptr", "ln1_lo_ptr", "qkv_hi_ptr", "qkv_lo_ptr", "att_hi_ptr",
             "att_lo_ptr", "ln2_hi_ptr", "ln2_lo_ptr", "f_hi_ptr", "f_lo_ptr", "ln1w_ptr", "ln1b_ptr", "bqkv_ptr",
-            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr", "f8s_ptr")
+            "bo_ptr", "ln2w_ptr", "ln2b_ptr", "b1_ptr", "b2_ptr", "lnfw_ptr", "lnfb_ptr", "f8s_ptr", "wqkv_s_ptr",
+            "w1_s_ptr")
 CONTROL = ("tab_ptr", "ctr_ptr", "goal_ptr", "head_ptr", "err_ptr", "trace_ptr")
 SCALARS = ("n_tasks", "epoch", "spin_limit", "qk_scale")
 CONSTEXPRS = tuple(dag_ws_fwd.arg_names[len(A_BUFS) * 2 + len(W_BUFS) * 2 + 2 + len(POINTERS) + len(CONTROL)
@@ -1702,7 +1882,7 @@ def compile_for_sm90(meta_ws: dict, dtypes: dict, shapes: dict):
     names = list(dag_ws_fwd.arg_names)
     sig = {n: mangle_type(d) for n, d in zip(names[:len(descs)], descs)}
     tname = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
-             torch.float8_e4m3fn: "*fp8e4nv"}
+             torch.float8_e4m3fn: "*fp8e4nv", torch.int8: "*i8"}
     for n in POINTERS:
         key = n[:-4]
         sig[n] = tname[dtypes[key]] if key in dtypes else "*fp32"
