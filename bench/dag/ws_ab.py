@@ -76,6 +76,7 @@ def main(argv=None):
     ap.add_argument("--margin", type=int, default=0,
                     help="then SPEC §4's margin of each variant without constexpr overrides: this many unseen inputs "
                          "at its worst gate scale (bench.dag.check_gpu.margin)")
+    ap.add_argument("--margin-variants", nargs="+", metavar="NAME", help="only these variants' margin (default: all)")
     a = ap.parse_args(argv)
     from kernels import load_case
     plans = []   # every case's variants parsed before the GPU is touched: a bad spec fails at once
@@ -143,7 +144,7 @@ def run_case(case, variants: list, a) -> None:
     if a.margin:
         from bench.dag.check_gpu import margin
         for rec in recs:
-            if not rec["constexprs"]:
+            if not rec["constexprs"] and (not a.margin_variants or rec["variant"] in a.margin_variants):
                 m = margin(case, dict(rec["params"], tune="off"), w, a.margin, rec["gate"]["worst_scale"])
                 rec["margin"] = {k: m[k] for k in m if not isinstance(m[k], (list, dict))}
                 print(json.dumps(dict(case=case.name, variant=rec["variant"], margin=rec["margin"])), flush=True)
