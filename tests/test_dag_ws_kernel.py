@@ -918,3 +918,63 @@ def test_int8_limb_weights_and_buffers():
     assert d[0].block_shape == [64, 128] and d[0].layout.swizzle_byte_width == 128
     assert d[1].block_shape == [1, 64] and d[1].layout.swizzle_byte_width == 0
     assert d[8].block_shape == d[9].block_shape == [64, 128]
+
+
+def _i8_rows_as_the_ln_task_stores_them(y: torch.Tensor):
+    """``ws_kernel._store_i8`` in torch (fp32, its operations in its order): [M, 2D] int8 limbs (per 128 columns l0,
+    then l1) and [D / 128, M] fp32 scales of LayerNorm rows ``y`` [M, D]."""
+    from kernels.common.split import I8_Q
+    M, D = y.shape
+    blk = y.reshape(M, D // 128, 128)
+    mx = blk.abs().amax(2)
+    mx = torch.where(mx > 0, mx, torch.ones_like(mx))
+    inv = (I8_Q / mx)[:, :, None]
+    q = torch.round(blk * inv).clamp(-I8_Q, I8_Q).to(torch.int32)   # cvt.rni: half to even, as torch.round
+    l0 = (q + 64) >> 7
+    l1 = q - l0 * 128
+    limbs = torch.stack([l0, l1], 2).reshape(M, 2 * D).to(torch.int8)
+    return limbs, (mx / I8_Q).t().contiguous()
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+def test_int8_limb_gemm_read_as_the_kernel_reads_it(bn):
+    """The ``i8x2cb128`` GEMM emulated on the CPU from the tensors ``prepare`` builds, each operand taken at the
+    coordinates the kernel's TMA boxes use (``_gemm_geom``'s weight row, ``_load_w``'s K-major limb tiles, A's two
+    limb boxes and its scale box, the column scales at ``sw_ptr``) and folded per 128-deep step as
+    ``_gemm_mma_i8`` does (three products, hh · 2^14 + mix · 2^7, times the row and column scales): it agrees with the
+    float64 product to the scheme's quantization error (a few 1e-4 of the largest term), so a box, a layout or a
+    scale read from the wrong place fails."""
+    torch.manual_seed(1)
+    L, M, D, N = 2, 128, 384, 3 * 384
+    y = torch.randn(M, D) * torch.logspace(-1, 1, D)        # LayerNorm rows (QKV's A)
+    wt = torch.randn(L, N, D) / D ** 0.5                      # the layers' W [N, K]
+    slabs = wt.transpose(1, 2).reshape(L, D, N // bn, bn).permute(0, 2, 1, 3).contiguous()   # host._slabs
+    hi, lo, sw = host._i8_weight(slabs)
+    a8, sa = _i8_rows_as_the_ln_task_stores_them(y)
+    w0v, w1v = hi.reshape(-1, 128), lo.reshape(-1, 128)     # the descriptors' 2D views
+    swf = sw.reshape(-1)
+    nt, steps = N // bn, D // 128
+    for l in range(L):
+        out = torch.zeros(M, N, dtype=torch.float64)
+        for m in range(M // 64):
+            row0 = m * 64
+            for n in range(nt):
+                col0 = n * bn
+                wrow = (l * nt + n) * D                       # _gemm_geom (k0 = 0)
+                acc = torch.zeros(64, bn, dtype=torch.float64)
+                for kk in range(steps):
+                    r8 = ((wrow + kk * 128) // 128) * bn      # _load_w
+                    w0 = w0v[r8:r8 + bn].long().t()           # K-major tile, read transposed
+                    w1 = w1v[r8:r8 + bn].long().t()
+                    k = kk * 128
+                    a0 = a8[row0:row0 + 64, 2 * k:2 * k + 128].long()
+                    a1 = a8[row0:row0 + 64, 2 * k + 128:2 * k + 256].long()
+                    s_a = sa[k // 128, row0:row0 + 64].double()
+                    s_w = swf[l * steps * N + col0 + kk * N:][:bn].double()
+                    hh, mix = a0 @ w0, a0 @ w1 + a1 @ w0
+                    acc += (hh * 16384.0 + mix * 128.0) * s_a[:, None] * s_w[None, :]
+                out[row0:row0 + 64, col0:col0 + bn] = acc
+        ref = y.double() @ wt[l].double().t()
+        scale = (y.double().abs() @ wt[l].double().abs().t())
+        err = ((out - ref).abs() / scale).max().item()
+        assert err < 3e-4, (l, err)
