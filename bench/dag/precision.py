@@ -59,6 +59,8 @@ SCHEMES = {
     "i8b_all": {"qkv": "i8x2b", "o": "i8x2b", "ffn1": "i8x2b", "ffn2": "i8x2b"},
     "i8b128_all": {"qkv": "i8x2b128", "o": "i8x2b128", "ffn1": "i8x2b128", "ffn2": "i8x2b128"},
     "i8cb128_all": {"qkv": "i8x2cb128", "o": "i8x2cb128", "ffn1": "i8x2cb128", "ffn2": "i8x2cb128"},
+    # form ws's build: three products, 128-deep blocks on the two GEMMs whose A a LayerNorm task writes
+    "i8cb128_qkv_ffn1": {"qkv": "i8x2cb128", "ffn1": "i8x2cb128"},
     "i8b256_all": {"qkv": "i8x2b256", "o": "i8x2b256", "ffn1": "i8x2b256", "ffn2": "i8x2b256"},
 }
 # MMA work of a GEMM's scheme relative to bf16x3's three bf16 products (int8 runs at twice the bf16 rate)
