@@ -38,6 +38,20 @@ def compiled():
     return {r["case"]: r for r in recs}
 
 
+def harness_compile(case: str, params=(), stages: int | None = None) -> dict:
+    """The harness's ``--compile`` record of one case (``--param`` for each ``name=value`` of ``params``, ``--stages``
+    when given), its subprocess outside the interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", case]
+    if stages is not None:
+        cmd += ["--stages", str(stages)]
+    for kv in params:
+        cmd += ["--param", kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+
+
 def test_the_lab_harness_runs_the_product_kernel():
     """The harness (``--compile`` and ``WsDag``) builds the product's kernel and runner, not a copy of them."""
     assert W.dag_ws_fwd is K.dag_ws_fwd and W.compile_for_sm90 is K.compile_for_sm90
@@ -84,13 +98,7 @@ BN128 = ("block_n_qkv=128", "block_n_o=128", "block_n_ffn1=128", "block_n_ffn2=1
 @pytest.fixture(scope="module")
 def compiled_bn128():
     """Case 12 with 64 × 128 GEMM tiles and a 3-slot ring, through the harness's ``--compile`` (repeated --param)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "12", "--stages", "3"]
-    for kv in BN128:
-        cmd += ["--param", kv]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    return harness_compile("12", BN128, 3)
 
 
 def test_ws_kernel_compiles_with_128_wide_gemm_tiles(compiled_bn128, compiled):
@@ -117,13 +125,7 @@ def test_ws_kernel_compiles_with_qkv_narrower_than_the_other_gemms():
     """QKV at 64 beside 128-wide output projection and FFN (case 2's shorter chain task): the QKV body's wgmma are
     m64n64k16 (bf16x3: 3 products x 2 x 4 = 24, besides the attention's 48), the others' m64n128k16 (bf16x3 and
     FFN1's f16_w1: 40); the ring is 128 wide (``ws_shared_bytes(4, 128)``); no spills, no serialized wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "2"]
-    for kv in MIXED + ("ctas_per_sm=1",):
-        cmd += ["--param", kv]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    r = harness_compile("2", MIXED + ("ctas_per_sm=1",))
     assert r["wgmma_shapes"] == {"m64n128k16": 40, "m64n64k16": 72}, r
     assert r["shared"] == K.ws_shared_bytes(4, 128) <= K.SHARED_LIMIT, r
     assert r["registers"] is not None and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
@@ -604,16 +606,9 @@ def test_runner_compiles_without_a_launch_then_launches_direct(compiled_case02, 
 def compiled_two():
     """``ws_consumers: 2`` through the harness's ``--compile``: case 2 at block_n 64 with 4 slots, case 12 at 128 with
     3 (4 do not fit beside the second consumer's q buffer and scratch)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     recs = {}
     for case, stages, extra in (("2", 4, ()), ("12", 3, BN128)):
-        cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", case, "--stages", str(stages),
-               "--param", "ws_consumers=2"]
-        for kv in extra:
-            cmd += ["--param", kv]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-        assert out.returncode == 0, out.stderr[-3000:]
-        r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+        r = harness_compile(case, ("ws_consumers=2", *extra), stages)
         recs[r["case"]] = dict(r, stages=stages, block_n=128 if extra else 64)
     return recs
 
@@ -658,13 +653,7 @@ def test_cooperative_consumers_compile_within_shared_memory():
     QKV, O and FFN2: 12 warps; shared memory 3 ring slots of 64 KB and no q buffers (q goes through the ring),
     ``ws_shared_bytes(3, 128, 2, 128)`` = 229892 within one CTA per SM; the f16f8 K loops' fp16 and fp8 wgmma
     (m64n128k16 f16, m64n128k32 e4m3) beside FFN1's f16_w1; ptxas does not serialize the wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "12", "--stages", "3"]
-    for kv in BN128 + COOP:
-        cmd += ["--param", kv]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    r = harness_compile("12", BN128 + COOP, 3)
     assert r["warps"] == 12, r
     assert r["shared"] == K.ws_shared_bytes(3, 128, 2, 128) == 229892 <= K.SHARED_LIMIT, r
     assert r["wgmma_serialized"] is False and r["wgmma_notes"] == [], r
@@ -852,13 +841,7 @@ def test_int8_limb_scheme_compiles_on_qkv_and_ffn1():
     both kinds share it) beside the other GEMMs' bf16 and the attention's; A's two limb boxes and the row-scale box
     by TMA; shared memory a 256-byte scale row a slot more (``ws_shared_bytes(..., i8=True)``), within one CTA per
     SM; ptxas neither spills nor serializes the wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "bench.dag.ws_dag", "--compile", "--cases", "3", "--stages", "6"]
-    for kv in I8:
-        cmd += ["--param", kv]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith("{")][0]
+    r = harness_compile("3", I8, 6)
     assert r["schemes"] == ["i8x2cb128", "bf16x3", "i8x2cb128", "bf16x3"], r
     assert r["i8_wgmma"] == 12 and r["wgmma_shapes"] == {"m64n64k16": 72}, r
     assert r["shared"] == K.ws_shared_bytes(6, 64, i8=True) == K.ws_shared_bytes(6, 64) + 6 * 256, r
