@@ -900,39 +900,59 @@ def _gemm_mma8(ring, ready, empty, g, steps, inv, STAGES: gl.constexpr, BN: gl.c
 @gluon.jit
 def _gemm_mma_i8(ring, ready, empty, g, steps, sw_ptr, NW, STAGES: gl.constexpr, BN: gl.constexpr, RN: gl.constexpr,
                  mma: gl.constexpr):
-    """``_gemm_mma`` for ``I8`` (``bench/seqres/precision_probe`` i8x2cb128; docs/dag-results.md "Results" 52, 53):
+    """``_gemm_mma`` for ``I8`` (``bench/seqres/precision_probe`` i8x2cb128; docs/dag-results.md "Results" 52-54):
     per 128-deep K step (one scale block) three int8 products of the limbs, l0·w0 into ``hh`` and l0·w1 + l1·w0 into
     ``mix`` (int32, exact; l1·w1 left out), waited for, then folded into the fp32 accumulator as (hh · 2^14 + mix ·
     2^7) · s_a · s_w with the step's row scales s_a (the slot's scale row, by TMA with A) and column scales s_w
     (``sw_ptr`` + step · ``NW``: the weight's [K / 128, N] scales from its tile's first column, constant, loaded
     before the step's wait); the slot is freed once its products and scales are read. The fold waits for the step's
     last product, so a step's products do not overlap the next's (a K loop at 0.64-0.84 × bf16x3's time a unit of
-    K on an H100, bench.dag.kloop_rate ``i8x2cb_n64_k128``). Returns (acc in ``mma``, g)."""
+    K on an H100, bench.dag.kloop_rate ``i8x2cb_n64_k128``). A 128-wide tile goes as two 64-column halves a step,
+    each its products then its fold into an accumulator of its own: the fp32 accumulator and both integer ones 128
+    wide at once spilled (ptxas: 128 bytes). Returns (acc in ``mma``, g)."""
     a0, a1, w0, w1 = _ring_views(ring, I8, STAGES, RN, BN)
     sc = ring[4]._reinterpret(gl.float32, [STAGES, T64], gl.SwizzledSharedLayout(1, 1, 1, [0]))   # (a row a slot)
     R: gl.constexpr = RN // BN
+    NH: gl.constexpr = BN // T64   # 64-column halves (1 or 2)
     mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
-                                                   instr_shape=[16, BN, 32])   # int8 wgmma: k = 32
-    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, mma8))
-    acc = gl.zeros([T64, BN], gl.float32, layout=mma8)
-    hh = gl.zeros([T64, BN], gl.int32, layout=mma8)
-    mix = gl.zeros([T64, BN], gl.int32, layout=mma8)
+                                                   instr_shape=[16, T64, 32])   # int8 wgmma: k = 32
+    cols = gl.arange(0, T64, layout=gl.SliceLayout(0, mma8))
+    acc0 = gl.zeros([T64, T64], gl.float32, layout=mma8)
+    acc1 = gl.zeros([T64, T64], gl.float32, layout=mma8)
+    hh = gl.zeros([T64, T64], gl.int32, layout=mma8)
+    mix = gl.zeros([T64, T64], gl.int32, layout=mma8)
     for kk in range(steps):
         slot = g % STAGES
-        sw = gl.load(sw_ptr + kk * NW + cols)
+        sw0 = gl.load(sw_ptr + kk * NW + cols)
         mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-        w0t = w0.index(slot * R).permute((1, 0))
-        w1t = w1.index(slot * R).permute((1, 0))
-        hh = warpgroup_mma(a0.index(slot), w0t, hh, use_acc=False, is_async=True)
-        mix = warpgroup_mma(a0.index(slot), w1t, mix, use_acc=False, is_async=True)
-        mix = warpgroup_mma(a1.index(slot), w0t, mix, is_async=True)
-        hh, mix = warpgroup_mma_wait(0, deps=(hh, mix))
         sa = sc.index(slot).load(gl.SliceLayout(1, mma8))
+        acc0, hh, mix = _i8_step(a0.index(slot), a1.index(slot), w0.index(slot * R), w1.index(slot * R), 0, acc0,
+                                 hh, mix, sa, sw0)
+        if NH == 2:
+            sw1 = gl.load(sw_ptr + kk * NW + T64 + cols)
+            acc1, hh, mix = _i8_step(a0.index(slot), a1.index(slot), w0.index(slot * R), w1.index(slot * R), 1,
+                                     acc1, hh, mix, sa, sw1)
         mbarrier.arrive(empty.index(slot))
-        part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
-        acc = acc + part * sa[:, None] * sw[None, :]
         g += 1
+    acc = acc0
+    if NH == 2:   # the halves side by side: column h · 64 + c
+        acc = gl.reshape(gl.permute(gl.join(acc0, acc1), (0, 2, 1)), [T64, BN])
     return gl.convert_layout(acc, mma), g
+
+
+@gluon.jit
+def _i8_step(a0, a1, w0, w1, h: gl.constexpr, acc, hh, mix, sa, sw):
+    """One 128-deep ``I8`` step on the 64 columns h · 64 … of the K-major weight tiles ``w0``, ``w1`` ([BN, 128]):
+    the three products (``hh``, ``mix``: use_acc false, their old values unread), waited for, and their fold into
+    ``acc`` with the rows' scales ``sa`` and these columns' ``sw``. Returns (acc, hh, mix)."""
+    w0t = w0.slice(h * T64, T64).permute((1, 0))
+    w1t = w1.slice(h * T64, T64).permute((1, 0))
+    hh = warpgroup_mma(a0, w0t, hh, use_acc=False, is_async=True)
+    mix = warpgroup_mma(a0, w1t, mix, use_acc=False, is_async=True)
+    mix = warpgroup_mma(a1, w0t, mix, is_async=True)
+    hh, mix = warpgroup_mma_wait(0, deps=(hh, mix))
+    part = hh.to(gl.float32) * 16384.0 + mix.to(gl.float32) * 128.0
+    return acc + part * sa[:, None] * sw[None, :], hh, mix
 
 
 @gluon.jit
