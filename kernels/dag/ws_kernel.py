@@ -57,6 +57,14 @@ then run beside the other's wgmma (a task's K loop can start once the task befor
 freed its last ring slots). 12 warps: consumer 0 the default partition, consumer 1 a worker warpgroup, the loader and
 the two signallers one padded warpgroup; ``REGS``: 232 registers for each consumer, 40 for the 1-warp partitions.
 
+The int8 limb scheme (``I8``: ``scheme_qkv`` / ``scheme_ffn1: i8x2cb128``, 64-row tiles, one consumer; docs/dag.md
+"Precision"): the LayerNorm task stores its rows as two int8 limbs a 128-column block and each block's row scale
+(``_store_i8``); the GEMM's K step is 128 deep and fills the same slot: A's two [64, 128] limb boxes in the A tiles'
+bytes, W's two K-major [BN, 128] limb tiles in the W tiles', and the rows' scales, a [1, 64] box, in a 256-byte scale
+row beside the slot, all on the slot's ``ready`` barrier (data of other CTAs by TMA after the acquire, as every
+operand: the argument below is unchanged); the consumer (``_gemm_mma_i8``) folds each step's integer products into
+fp32 with those row scales and the weight's column scales (written by ``prepare``, constant, as the biases).
+
 Memory ordering (PTX memory model; the argument behind the protocol):
 
 1. *Producer side.* Every consumer thread issues its task's global stores and relaxed atomics, then a barrier of
