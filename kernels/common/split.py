@@ -23,9 +23,12 @@ def f8_weight_scale(amax: torch.Tensor) -> torch.Tensor:
     return torch.exp2(torch.floor(torch.log2(F8_W_MAX / amax.clamp_min(torch.finfo(torch.float32).tiny))))
 
 
-# int8 limbs (the dag family's form ws, scheme i8x2cb128; bench/seqres/precision_probe's I8_SCHEMES): a value as
-# scale · (128 · l0 + l1), l0 in [-127, 127] and l1 in [-64, 63] two int8 tensors, the integer at most I8_Q
+# int8 limbs (the dag family's form ws, scheme I8_SCHEME; bench/seqres/precision_probe's I8_SCHEMES): a value as
+# scale · (128 · l0 + l1), l0 in [-127, 127] and l1 in [-64, 63] two int8 tensors, the integer at most I8_Q; the
+# kernel's scheme takes a scale a row (column) and I8_BLOCK-deep K block
 I8_Q = 127 * 128 + 63
+I8_SCHEME = "i8x2cb128"
+I8_BLOCK = 128
 
 
 def i8_limbs(x: torch.Tensor, dim: int, block: int | None):

@@ -13,7 +13,8 @@ import triton
 
 from ..cases import Case, variant_params
 from ..common.occupancy import occupancy
-from ..common.split import F8_A_SCALE, f8_weight_scale, i8_limbs, split_hi_lo
+from ..common.split import F8_A_SCALE, I8_BLOCK, f8_weight_scale, i8_limbs, split_hi_lo
+from ..common.split import I8_SCHEME as I8   # int8 limbs, a scale a row (column) and 128-deep K block (form ws)
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..registry import Unsupported
@@ -89,7 +90,7 @@ def check_params(params: dict) -> dict:
         raise ParameterError(f"dag: form ws: {f8[0]}=f16f8 with block_m 128 needs two consumers (four accumulators a "
                              "128-row tile; one warpgroup holding them serializes its wgmma, "
                              f"docs/dag-results.md \"Results\" 43): set ws_consumers: 2 or {f8[0]}: bf16x3")
-    i8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == "i8x2cb128"]
+    i8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == I8]
     if i8 and (o["form"] != "ws" or i8[0] not in ("scheme_qkv", "scheme_ffn1") or o["block_m"] != 64
                or o["ws_consumers"] != 1):
         raise ParameterError(f"dag: {i8[0]}=i8x2cb128 runs on form ws with block_m 64 and one consumer, on QKV and "
@@ -233,8 +234,6 @@ def _slabs(weights: Weights, name: str, block_n: int) -> torch.Tensor:
 
 
 F8 = torch.float8_e4m3fn
-I8 = "i8x2cb128"     # int8 limbs, a scale a row (column) and 128-deep K block (form ws, QKV and FFN1)
-I8_BLOCK = 128
 
 
 def _i8_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

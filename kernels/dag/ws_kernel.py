@@ -150,9 +150,9 @@ from ..validate import ParameterError
 TILE = 64                      # every tile edge (host side): GEMM rows / columns / K step, attention blocks, head dim
 T64 = gl.constexpr(TILE)
 F8_A_SCALE = gl.constexpr(split.F8_A_SCALE)   # f16f8: A's lo part stored as fp8(lo * 2^11)
-I8 = gl.constexpr("i8x2cb128")   # the int8 limb scheme (QKV and FFN1: their A comes whole-row from a LayerNorm task)
+I8 = gl.constexpr(split.I8_SCHEME)   # the int8 limb scheme (QKV and FFN1: their A comes whole-row from an LN task)
 I8_Q = gl.constexpr(split.I8_Q)   # its largest integer 128 · l0 + l1 (split.i8_limbs)
-I8_K = gl.constexpr(128)       # its K step and scale block
+I8_K = gl.constexpr(split.I8_BLOCK)   # its K step and scale block
 LN_EPS = gl.constexpr(1e-5)
 HEADER = gl.constexpr(8)       # kernels/dag/kernel.py TASK_HEADER: kind, layer, a, b, c, waits, signals, 0
 FIELDS = gl.constexpr(8)       # int32 words per hand-over slot (t, kind, l, a, b, c, g: first ring step, sg:
@@ -510,14 +510,12 @@ def _gemm_rest(a_hi_d, a_lo_d, w_hi_d, w_lo_d, ring, ready, empty, g, pre, steps
             slot = _claim(ready, empty, step, NB, STAGES)
             _load_w(w_hi_d, w_lo_d, w_hi, w_lo, ready, slot, wrow + kk * KS, SCHEME, RN // BN, BN)
         k = k0 + kk * KS
-        arow = (k // D) * M + row0
-        acol = k % D
         if SCHEME == I8:
             tma.async_copy_global_to_shared(a_hi_d, [row0, 2 * k], ready.index(slot), a_hi.index(slot))
             tma.async_copy_global_to_shared(a_hi_d, [row0, 2 * k + I8_K], ready.index(slot), a_lo.index(slot))
             tma.async_copy_global_to_shared(a_lo_d, [k // I8_K, row0], ready.index(slot), a_sc.index(slot))
         else:
-            _load_a(a_hi_d, a_lo_d, a_hi, a_lo, ready, slot, arow, acol, SCHEME, MB)
+            _load_a(a_hi_d, a_lo_d, a_hi, a_lo, ready, slot, (k // D) * M + row0, k % D, SCHEME, MB)
     return g + steps
 
 
