@@ -245,7 +245,7 @@ def test_ws_ab_variants_split_parameters_from_constexpr_overrides():
 
 def test_ws_ab_reads_the_committed_parameters_and_parses_every_case_before_the_gpu(monkeypatch):
     """``tuned`` is the case's committed dag block; a bad spec fails before any device work (on this CPU machine the
-    no-device exit comes only after every case's variants parsed)."""
+    no-device exit comes only after every case's variants parsed); --margin without omegaconf is refused before it."""
     from bench.dag import ws_ab
     p = ws_ab.committed_params(load_case("case03"), "h200")
     with open(os.path.join(REPO, "config/tuned/h200/case03.yaml")) as f:
@@ -256,6 +256,9 @@ def test_ws_ab_reads_the_committed_parameters_and_parses_every_case_before_the_g
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     with pytest.raises(SystemExit, match="no CUDA device"):
         ws_ab.main(["--case", "3", "4", "--out", "unused", "--variant", "base", "tuned"])
+    monkeypatch.setitem(sys.modules, "omegaconf", None)       # not installed: --margin refused before the GPU
+    with pytest.raises(SystemExit, match="--margin needs omegaconf"):
+        ws_ab.main(["--case", "3", "--out", "unused", "--margin", "8", "--variant", "base", "tuned"])
 
 
 # --- the harness's checks, on an emulated forward pass ----------------------------------------------------------

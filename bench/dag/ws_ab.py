@@ -84,6 +84,12 @@ def main(argv=None):
         case = load_case(cid)
         tuned = committed_params(case, a.gpu)
         plans.append((case, [(name, *parse_variant(spec, tuned)) for name, spec in a.variant]))
+    if a.margin:
+        try:
+            import omegaconf  # noqa: F401  (the margin check reads the correctness stage's config with it)
+        except ImportError:
+            raise SystemExit("ws_ab: --margin needs omegaconf (pip install -e . installs it; on a lent GPU carry "
+                             "it as a wheel) — or leave --margin out") from None
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("ws_ab: no CUDA device (form ws runs on sm_90 GPUs only)")
@@ -141,6 +147,7 @@ def run_case(case, variants: list, a) -> None:
                    rounds=len(ts), vs_first=round(med / base, 4))
         print(json.dumps({k: rec[k] for k in ("case", "variant", "median_ms", "min_ms", "p90_ms", "vs_first")}),
               flush=True)
+    write(a.out, case, recs)          # the timings kept even if a margin check below fails
     if a.margin:
         from bench.dag.check_gpu import margin
         for rec in recs:
@@ -148,8 +155,14 @@ def run_case(case, variants: list, a) -> None:
                 m = margin(case, dict(rec["params"], tune="off"), w, a.margin, rec["gate"]["worst_scale"])
                 rec["margin"] = {k: m[k] for k in m if not isinstance(m[k], (list, dict))}
                 print(json.dumps(dict(case=case.name, variant=rec["variant"], margin=rec["margin"])), flush=True)
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"ws_ab_{case.name}.json")
+        write(a.out, case, recs)
+
+
+def write(out: str, case, recs: list) -> None:
+    """``out/ws_ab_<case>.json`` (device, argv, the records), written atomically."""
+    import torch
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"ws_ab_{case.name}.json")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), argv=sys.argv[1:], records=recs), f, indent=1)
