@@ -13,8 +13,7 @@ import triton
 
 from ..cases import Case, variant_params
 from ..common.occupancy import occupancy
-from ..common.split import F8_A_SCALE, I8_BLOCK, f8_weight_scale, i8_limbs, split_hi_lo
-from ..common.split import I8_SCHEME as I8   # int8 limbs, a scale a row (column) and 128-deep K block (form ws)
+from ..common.split import F8_A_SCALE, I8_BLOCK, I8_SCHEME as I8, f8_weight_scale, i8_limbs, split_hi_lo
 from ..common.wgmma_passes import hopper_wgmma_passes
 from .. import tuning
 from ..registry import Unsupported
@@ -93,9 +92,9 @@ def check_params(params: dict) -> dict:
     i8 = [k for k in ("scheme_qkv", "scheme_o", "scheme_ffn1", "scheme_ffn2") if o[k] == I8]
     if i8 and (o["form"] != "ws" or i8[0] not in ("scheme_qkv", "scheme_ffn1") or o["block_m"] != 64
                or o["ws_consumers"] != 1):
-        raise ParameterError(f"dag: {i8[0]}=i8x2cb128 runs on form ws with block_m 64 and one consumer, on QKV and "
-                             "FFN1 only (int8 limbs with a scale a row and 128-deep K block, which only a LayerNorm "
-                             "task, holding whole rows, can give; ws_kernel.py): set form: ws, block_m: 64, "
+        raise ParameterError(f"dag: {i8[0]}={I8} runs on form ws with block_m 64 and one consumer, on QKV and "
+                             f"FFN1 only (int8 limbs with a scale a row and {I8_BLOCK}-deep K block, which only a "
+                             "LayerNorm task, holding whole rows, can give; ws_kernel.py): set form: ws, block_m: 64, "
                              f"ws_consumers: 1, or {i8[0]}: bf16x3")
     if o["ws_consumers"] not in (1, 2):
         raise ParameterError(f"dag: ws_consumers={o['ws_consumers']}: 1 or 2 (form ws's consumer warpgroups per SM)")
