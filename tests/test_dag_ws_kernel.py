@@ -244,8 +244,9 @@ def test_ws_ab_variants_split_parameters_from_constexpr_overrides():
 
 
 def test_ws_ab_reads_the_committed_parameters_and_parses_every_case_before_the_gpu(monkeypatch):
-    """``tuned`` is the case's committed dag block; a bad spec fails before any device work (on this CPU machine the
-    no-device exit comes only after every case's variants parsed); --margin without omegaconf is refused before it."""
+    """``tuned`` is the case's committed dag block; a bad spec, or parameters ``prepare`` would refuse (case 2's
+    128-wide tiles with 5 ring slots), fail before any device work (on this CPU machine the no-device exit comes only
+    after every case's variants parsed); --margin without omegaconf is refused before it."""
     from bench.dag import ws_ab
     p = ws_ab.committed_params(load_case("case03"), "h200")
     with open(os.path.join(REPO, "config/tuned/h200/case03.yaml")) as f:
@@ -253,6 +254,9 @@ def test_ws_ab_reads_the_committed_parameters_and_parses_every_case_before_the_g
     assert ws_ab.committed_params(load_case("case03"), "no-such-gpu") is None
     with pytest.raises(SystemExit, match="not name=value"):
         ws_ab.main(["--case", "3", "4", "--out", "unused", "--variant", "base", "tuned", "--variant", "b", "oops"])
+    with pytest.raises(SystemExit, match="variant 'st5': dag: form ws: ws_stages=5 with block_n 128"):
+        ws_ab.main(["--case", "2", "--out", "unused", "--variant", "base", "tuned",
+                    "--variant", "st5", "tuned ws_stages=5"])
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     with pytest.raises(SystemExit, match="no CUDA device"):
         ws_ab.main(["--case", "3", "4", "--out", "unused", "--variant", "base", "tuned"])

@@ -83,7 +83,10 @@ def main(argv=None):
     for cid in a.case:
         case = load_case(cid)
         tuned = committed_params(case, a.gpu)
-        plans.append((case, [(name, *parse_variant(spec, tuned)) for name, spec in a.variant]))
+        variants = [(name, *parse_variant(spec, tuned)) for name, spec in a.variant]
+        for name, params, _ in variants:
+            check_variant(name, params)
+        plans.append((case, variants))
     if a.margin:
         try:
             import omegaconf  # noqa: F401  (the margin check reads the correctness stage's config with it)
@@ -96,6 +99,19 @@ def main(argv=None):
     for case, variants in plans:
         run_case(case, variants, a)
         torch.cuda.empty_cache()
+
+
+def check_variant(name: str, params: dict) -> None:
+    """``prepare``'s own checks of a variant's parameters that need no GPU (names, values, form ws's shared memory),
+    so a variant the kernel cannot run is refused before the others' compiles and gates, not after them."""
+    from kernels.dag import host
+    try:
+        o = host.check_params(params)
+        if o["form"] == "ws":
+            from kernels.dag.ws_kernel import check_ws_params
+            check_ws_params(o)
+    except ValueError as e:
+        raise SystemExit(f"ws_ab: variant {name!r}: {e}") from None
 
 
 def committed_params(case, gpu: str) -> dict | None:
